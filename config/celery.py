@@ -1,0 +1,10 @@
+"""The Celery application: broker and beat schedule come from Django settings."""
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+app = Celery("fleetdeck")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

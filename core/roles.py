@@ -1,0 +1,46 @@
+"""Roles: operator (group 'operators' or superuser), team member (member of a team), viewer.
+
+One place answers "may this user do X", so views and API permissions never re-derive it."""
+from __future__ import annotations
+
+from django.contrib.auth.models import AnonymousUser, User
+
+OPERATORS_GROUP = "operators"
+VIEWERS_GROUP = "viewers"
+
+
+def is_operator(user: User | AnonymousUser) -> bool:
+    if not user.is_authenticated:
+        return False
+    if user.is_superuser:
+        return True
+    cached = getattr(user, "_fleetdeck_is_operator", None)
+    if cached is None:
+        cached = user.groups.filter(name=OPERATORS_GROUP).exists()
+        user._fleetdeck_is_operator = cached
+    return cached
+
+
+def team_ids(user: User | AnonymousUser) -> frozenset[int]:
+    """Ids of the teams the user is a member of."""
+    if not user.is_authenticated:
+        return frozenset()
+    cached = getattr(user, "_fleetdeck_team_ids", None)
+    if cached is None:
+        from scheduling.models import TeamMembership
+
+        cached = frozenset(TeamMembership.objects.filter(user=user).values_list("team_id", flat=True))
+        user._fleetdeck_team_ids = cached
+    return cached
+
+
+def role_of(user: User | AnonymousUser) -> str:
+    if is_operator(user):
+        return "operator"
+    if team_ids(user):
+        return "team member"
+    return "viewer"
+
+
+def may_act_for_team(user: User | AnonymousUser, team_id: int) -> bool:
+    return is_operator(user) or team_id in team_ids(user)

@@ -1,0 +1,1 @@
+"""Health events, repair tickets and GPU readings."""

@@ -1,0 +1,306 @@
+"""Teams, queues and quotas; priority classes; workloads, their pod sets and allocations."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import F, Q
+
+from fleet.models import Gpu, GpuFlavor
+
+from .choices import (
+    ACTIVE_STATES,
+    WAITING_STATES,
+    SharingRequest,
+    TopologyLevel,
+    TopologyMode,
+    WorkloadState,
+)
+
+
+class Team(models.Model):
+    """A group of people who share quota and submit workloads."""
+
+    name = models.CharField(max_length=64, unique=True)
+    description = models.TextField(blank=True)
+    email = models.EmailField(blank=True, help_text="Where notifications for the team go")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TeamMembership(models.Model):
+    """A user belongs to a team (the 'team member' role)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="team_memberships")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["team", "user"], name="%(app_label)s_%(class)s_unique_team_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team}"
+
+
+class Cohort(models.Model):
+    """Queues in a cohort lend each other idle nominal quota (Kueue's cohort)."""
+
+    name = models.CharField(max_length=64, unique=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Queue(models.Model):
+    """A team's queue (Kueue's ClusterQueue): quota per flavor, optionally in a cohort."""
+
+    name = models.CharField(max_length=64, unique=True)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="queues")
+    cohort = models.ForeignKey(Cohort, null=True, blank=True, on_delete=models.SET_NULL, related_name="queues")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class QueueQuota(models.Model):
+    """Quota of one flavor in one queue. Null limits mean 'no limit'."""
+
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="quotas")
+    flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="quotas")
+    nominal = models.PositiveIntegerField(help_text="GPUs guaranteed to the queue")
+    borrowing_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most GPUs the queue may borrow from its cohort; empty = unlimited"
+    )
+    lending_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most of its idle nominal GPUs the cohort may borrow; empty = all"
+    )
+
+    class Meta:
+        ordering = ["queue__name", "flavor__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "flavor"], name="%(app_label)s_%(class)s_unique_queue_flavor"),
+            models.CheckConstraint(
+                condition=Q(lending_limit__isnull=True) | Q(lending_limit__lte=F("nominal")),
+                name="%(app_label)s_%(class)s_lending_within_nominal",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue}: {self.nominal} × {self.flavor}"
+
+
+class PriorityClass(models.Model):
+    """Priority and preemption policy of a class of workloads."""
+
+    name = models.CharField(max_length=64, unique=True)
+    value = models.IntegerField(help_text="Higher runs first; negative runs only on otherwise idle GPUs")
+    preemptible = models.BooleanField(default=True, help_text="Workloads of this class may be preempted")
+    may_preempt = models.BooleanField(default=False, help_text="Workloads of this class may preempt others")
+    grace_seconds = models.PositiveIntegerField(default=60, help_text="Time a victim gets to checkpoint")
+    min_runtime_seconds = models.PositiveIntegerField(default=600, help_text="Never preempted before this")
+    description = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-value"]
+        verbose_name_plural = "priority classes"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WorkloadQuerySet(models.QuerySet):
+    def waiting(self) -> WorkloadQuerySet:
+        return self.filter(state__in=WAITING_STATES)
+
+    def active(self) -> WorkloadQuerySet:
+        return self.filter(state__in=ACTIVE_STATES)
+
+    def visible_to(self, user) -> WorkloadQuerySet:
+        """Everyone logged in may read workloads; kept as the single gate should that change."""
+        return self if user.is_authenticated else self.none()
+
+
+class Workload(models.Model):
+    """A job: one or more pod sets that start together (a gang) or not at all."""
+
+    name = models.CharField(max_length=128)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="workloads")
+    queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="workloads")
+    priority_class = models.ForeignKey(PriorityClass, on_delete=models.PROTECT, related_name="workloads")
+    state = models.CharField(max_length=16, choices=WorkloadState.choices, default=WorkloadState.PENDING)
+    topology_level = models.CharField(max_length=8, choices=TopologyLevel.choices, default=TopologyLevel.NONE)
+    topology_mode = models.CharField(max_length=16, choices=TopologyMode.choices, default=TopologyMode.PREFERRED)
+    time_limit_seconds = models.PositiveIntegerField(null=True, blank=True)
+    checkpoint_enabled = models.BooleanField(default=False)
+    checkpoint_write_seconds = models.PositiveIntegerField(default=0)
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    elastic_min_replicas = models.PositiveIntegerField(null=True, blank=True)
+    # Simulated executor: how long the job runs and how often it checkpoints.
+    run_seconds = models.PositiveIntegerField(null=True, blank=True)
+    checkpoint_interval_seconds = models.PositiveIntegerField(null=True, blank=True)
+    progress_step = models.BigIntegerField(default=0)
+    last_progress_at = models.DateTimeField(null=True, blank=True)
+    pending_reason = models.CharField(max_length=40, blank=True)
+    pending_message = models.TextField(blank=True)
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    submitted_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_preempted_at = models.DateTimeField(null=True, blank=True)
+    requeue_count = models.PositiveIntegerField(default=0)
+
+    objects = WorkloadQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [models.Index(fields=["state", "queue"], name="sched_workload_state_queue")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=WorkloadState.values), name="%(app_label)s_%(class)s_state_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if self.queue_id and self.team_id and self.queue.team_id != self.team_id:
+            raise ValidationError({"queue": "The queue belongs to another team."})
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(ps.replicas * ps.gpus_per_replica for ps in self.pod_sets.all())
+
+
+class PodSet(models.Model):
+    """A group of identical replicas inside a workload (e.g. 4 workers × 8 GPUs)."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="pod_sets")
+    name = models.CharField(max_length=64)
+    replicas = models.PositiveIntegerField()
+    gpus_per_replica = models.PositiveIntegerField(default=1)
+    flavor = models.ForeignKey(
+        GpuFlavor, null=True, blank=True, on_delete=models.PROTECT, related_name="+", help_text="Empty = any"
+    )
+    accepted_products = models.JSONField(default=list, blank=True, help_text="GPU models the replica accepts")
+    sharing = models.CharField(max_length=16, choices=SharingRequest.choices, default=SharingRequest.EXCLUSIVE)
+    milli_gpu = models.PositiveIntegerField(null=True, blank=True, help_text="Share of one GPU, 1..1000")
+    mig_profile = models.CharField(max_length=32, blank=True)
+    cpu_millicores = models.PositiveIntegerField(default=0)
+    memory_mib = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["workload_id", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["workload", "name"], name="%(app_label)s_%(class)s_unique_name"),
+            models.CheckConstraint(condition=Q(replicas__gte=1), name="%(app_label)s_%(class)s_replicas_pos"),
+            models.CheckConstraint(
+                condition=Q(milli_gpu__isnull=True) | Q(milli_gpu__gte=1, milli_gpu__lte=1000),
+                name="%(app_label)s_%(class)s_milli_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workload}/{self.name}"
+
+
+class Allocation(models.Model):
+    """A replica's hold on a GPU (whole, a milli-GPU share, or a MIG instance).
+
+    Active while `released_at` is null. An exclusive GPU has at most one active allocation: a
+    partial unique index makes a double allocation impossible, not just unlikely. Shares are
+    kept within 1000 milli per GPU by scheduling.services.allocation, under row locks."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="allocations")
+    pod_set = models.ForeignKey(PodSet, on_delete=models.CASCADE, related_name="allocations")
+    replica = models.PositiveIntegerField()
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="allocations")
+    exclusive = models.BooleanField(default=True)
+    milli = models.PositiveIntegerField(default=1000)
+    mig_instance = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["workload_id", "pod_set_id", "replica", "gpu_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu"],
+                condition=Q(released_at__isnull=True, exclusive=True),
+                name="%(app_label)s_%(class)s_one_exclusive_per_gpu",
+            ),
+            models.UniqueConstraint(
+                fields=["gpu", "mig_instance"],
+                condition=Q(released_at__isnull=True) & ~Q(mig_instance=""),
+                name="%(app_label)s_%(class)s_one_per_mig_instance",
+            ),
+            models.UniqueConstraint(
+                fields=["workload", "pod_set", "replica", "gpu"],
+                condition=Q(released_at__isnull=True),
+                name="%(app_label)s_%(class)s_unique_replica_gpu",
+            ),
+            models.CheckConstraint(
+                condition=Q(milli__gte=1, milli__lte=1000), name="%(app_label)s_%(class)s_milli_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(exclusive=False) | Q(milli=1000), name="%(app_label)s_%(class)s_exclusive_whole"
+            ),
+        ]
+        indexes = [models.Index(fields=["gpu"], condition=Q(released_at__isnull=True), name="sched_alloc_active")]
+
+    def __str__(self) -> str:
+        return f"{self.workload} r{self.replica} → {self.gpu}"
+
+
+class WorkloadTransition(models.Model):
+    """One state change of a workload, with its reason."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="transitions")
+    at = models.DateTimeField(auto_now_add=True)
+    from_state = models.CharField(max_length=16, choices=WorkloadState.choices, blank=True)
+    to_state = models.CharField(max_length=16, choices=WorkloadState.choices)
+    reason = models.TextField(blank=True)
+    actor = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.workload}: {self.from_state or '∅'} → {self.to_state}"
+
+
+class Preemption(models.Model):
+    """A graceful preemption: the victim gets its class's grace period, then its GPUs go to the
+    preemptor in a later round."""
+
+    preemptor = models.ForeignKey(
+        Workload, null=True, blank=True, on_delete=models.SET_NULL, related_name="preemptions_caused"
+    )
+    victim = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="preemptions_suffered")
+    reason = models.CharField(max_length=40)
+    message = models.TextField(blank=True)
+    requested_at = models.DateTimeField()
+    grace_seconds = models.PositiveIntegerField()
+    deadline = models.DateTimeField()
+    completed_at = models.DateTimeField(null=True, blank=True)
+    lost_gpu_seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        ordering = ["-requested_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.preemptor} preempts {self.victim}"

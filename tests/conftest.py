@@ -1,0 +1,99 @@
+"""Shared fixtures: people in every role, and the real services some tests need.
+
+A test that needs PostgreSQL, Redis or Chromium skips on a laptop without them, but under
+CI=true (see .ci/run) it fails: CI must never pass by skipping the real thing."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Group, User
+
+from core.roles import OPERATORS_GROUP
+
+SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+
+
+def missing_service(what: str) -> None:
+    """Skip locally, fail in CI."""
+    if IN_CI:
+        pytest.fail(f"{what} is required under CI=true but is not available", pytrace=False)
+    pytest.skip(f"{what} not available")
+
+
+@pytest.fixture
+def require_postgres(settings):
+    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        missing_service("PostgreSQL (DATABASE_URL)")
+
+
+@pytest.fixture
+def require_redis(settings):
+    url = settings.REDIS_URL
+    if not url:
+        missing_service("Redis (REDIS_URL)")
+    import redis
+
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:
+        missing_service(f"Redis at {url} ({exc})")
+    return url
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    if not shutil.which(CHROMIUM):
+        missing_service("Debian chromium at /usr/bin/chromium")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        missing_service(f"shared data at {SHARED}")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+def _user(username: str, *, operator: bool = False) -> User:
+    user = User.objects.create_user(username=username, password="pw-" + username)
+    if operator:
+        user.groups.add(Group.objects.get_or_create(name=OPERATORS_GROUP)[0])
+    return user
+
+
+@pytest.fixture
+def operator(db) -> User:
+    return _user("olga", operator=True)
+
+
+@pytest.fixture
+def viewer(db) -> User:
+    return _user("victor")
+
+
+@pytest.fixture
+def team(db):
+    from scheduling.models import Team
+
+    return Team.objects.create(name="research")
+
+
+@pytest.fixture
+def team_member(db, team) -> User:
+    from scheduling.models import TeamMembership
+
+    user = _user("tess")
+    TeamMembership.objects.create(team=team, user=user)
+    return user
