@@ -1,12 +1,25 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from core.metrics import metrics_view
+
+api_v1 = [
+    path("", include("fleet.api.urls")),
+    path("", include("scheduling.api.urls")),
+    path("", include("health.api.urls")),
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+]
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("metrics", metrics_view, name="metrics"),
+    path("api/v1/", include(api_v1)),
+    path("scheduling/", include("scheduling.urls")),
+    path("health/", include("health.urls")),
+    path("", include("fleet.urls")),
 ]

@@ -46,3 +46,22 @@ class SharingRequest(models.TextChoices):
     EXCLUSIVE = "exclusive", "Whole GPUs"
     FRACTION = "fraction", "Fraction (milli-GPU)"
     MIG = "mig", "MIG profile"
+
+
+class QuotaRequestState(models.TextChoices):
+    SUBMITTED = "submitted", "Submitted"
+    APPROVED = "approved", "Approved"
+    DENIED = "denied", "Denied"
+    WITHDRAWN = "withdrawn", "Withdrawn"
+    APPLIED = "applied", "Applied"
+    EXPIRED = "expired", "Expired"
+
+
+QUOTA_REQUEST_STATE_COLORS = {
+    QuotaRequestState.SUBMITTED: "#1565c0",
+    QuotaRequestState.APPROVED: "#2e7d32",
+    QuotaRequestState.DENIED: "#c62828",
+    QuotaRequestState.WITHDRAWN: "#9e9e9e",
+    QuotaRequestState.APPLIED: "#00695c",
+    QuotaRequestState.EXPIRED: "#6a1b9a",
+}

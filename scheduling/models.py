@@ -10,6 +10,7 @@ from fleet.models import Gpu, GpuFlavor
 
 from .choices import (
     ACTIVE_STATES,
+    QuotaRequestState,
     WAITING_STATES,
     SharingRequest,
     TopologyLevel,
@@ -304,3 +305,80 @@ class Preemption(models.Model):
 
     def __str__(self) -> str:
         return f"{self.preemptor} preempts {self.victim}"
+
+
+class QuotaRequest(models.Model):
+    """A team's request to change its queue's quota of one flavor, reviewed by an operator.
+
+    A temporary boost has an end date; when it passes, the previous values are restored."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quota_requests")
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="quota_requests")
+    flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="+")
+    requested_nominal = models.PositiveIntegerField()
+    requested_borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
+    starts_on = models.DateField()
+    ends_on = models.DateField(null=True, blank=True, help_text="Empty: permanent; set: a temporary boost")
+    justification = models.TextField()
+    state = models.CharField(max_length=16, choices=QuotaRequestState.choices, default=QuotaRequestState.SUBMITTED)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="quota_requests"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    reviewed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    review_comment = models.TextField(blank=True)
+    applied_at = models.DateTimeField(null=True, blank=True)
+    expired_at = models.DateTimeField(null=True, blank=True)
+    # What the quota was before it was applied, so an expiring boost can be reverted.
+    previous_nominal = models.PositiveIntegerField(null=True, blank=True)
+    previous_borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "flavor"],
+                condition=Q(state="submitted"),
+                name="%(app_label)s_%(class)s_one_open_per_team_flavor",
+            ),
+            models.CheckConstraint(
+                condition=Q(ends_on__isnull=True) | Q(ends_on__gt=F("starts_on")),
+                name="%(app_label)s_%(class)s_ends_after_start",
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=QuotaRequestState.values), name="%(app_label)s_%(class)s_state_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team}: {self.requested_nominal} × {self.flavor} ({self.state})"
+
+    def clean(self) -> None:
+        if self.ends_on and self.starts_on and self.ends_on <= self.starts_on:
+            raise ValidationError({"ends_on": "The end date must be after the start date."})
+        if self.queue_id and self.team_id and self.queue.team_id != self.team_id:
+            raise ValidationError({"queue": "The queue belongs to another team."})
+
+
+class QueueUsageSample(models.Model):
+    """A periodic sample of one queue's use of one flavor, for usage history and sizing signals."""
+
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="usage_samples")
+    flavor = models.ForeignKey(GpuFlavor, on_delete=models.CASCADE, related_name="+")
+    at = models.DateTimeField(db_index=True)
+    nominal = models.PositiveIntegerField()
+    in_use = models.PositiveIntegerField()
+    borrowed = models.PositiveIntegerField(default=0)
+    lent = models.PositiveIntegerField(default=0)
+    pending_demand = models.PositiveIntegerField(default=0)
+    utilised = models.FloatField(default=0.0, help_text="GPUs' worth of SM activity (sum of SM-active fractions)")
+
+    class Meta:
+        ordering = ["queue_id", "flavor_id", "at"]
+        indexes = [models.Index(fields=["queue", "flavor", "at"], name="sched_usage_q_f_at")]
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.flavor} @ {self.at:%Y-%m-%d %H:%M}"
