@@ -10,8 +10,8 @@ from fleet.models import Gpu, GpuFlavor
 
 from .choices import (
     ACTIVE_STATES,
-    QuotaRequestState,
     WAITING_STATES,
+    QuotaRequestState,
     SharingRequest,
     TopologyLevel,
     TopologyMode,
