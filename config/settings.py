@@ -92,7 +92,11 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "staticfiles"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+# plotly.js comes from the pinned plotly package (its version always matches the Python side)
+# and is served from our own static URL: operators' networks are often air-gapped.
+import plotly as _plotly  # noqa: E402
+
+STATICFILES_DIRS = [BASE_DIR / "static", ("vendor", str(Path(_plotly.__file__).parent / "package_data"))]
 WHITENOISE_USE_FINDERS = True
 
 SESSION_COOKIE_HTTPONLY = True
