@@ -163,6 +163,21 @@ class Workload(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     last_preempted_at = models.DateTimeField(null=True, blank=True)
     requeue_count = models.PositiveIntegerField(default=0)
+    # When the current wait began (submission or the last requeue): time-to-bind counts from here.
+    queued_at = models.DateTimeField(null=True, blank=True)
+    time_to_bind = models.DurationField(null=True, blank=True, help_text="Wait of the last admission")
+    queue_position = models.PositiveIntegerField(null=True, blank=True, help_text="Position in the last round")
+    # Step of the last checkpoint, and the step the current run resumed from (a requeue resumes
+    # from the checkpoint, so the work after it is lost).
+    checkpoint_step = models.BigIntegerField(default=0)
+    resume_step = models.BigIntegerField(default=0)
+    lost_gpu_seconds = models.FloatField(default=0.0, help_text="Work thrown away by stops, all runs together")
+    # GPUs per flavor borrowed from the cohort at admission: the first to go when a lender reclaims.
+    borrowed = models.JSONField(default=dict, blank=True)
+    # A preemptor's claim on the GPUs its victims freed, carried across rounds until it is placed.
+    reserved_placements = models.JSONField(default=list, blank=True)
+    executor = models.CharField(max_length=16, blank=True, help_text="Executor that runs the workload")
+    executor_job_id = models.CharField(max_length=128, blank=True, help_text="e.g. the Slurm job id")
 
     objects = WorkloadQuerySet.as_manager()
 
@@ -230,6 +245,8 @@ class Allocation(models.Model):
     pod_set = models.ForeignKey(PodSet, on_delete=models.CASCADE, related_name="allocations")
     replica = models.PositiveIntegerField()
     gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="allocations")
+    # Denormalised from gpu.node so "what runs on node X" is one indexed lookup (drain, health).
+    node = models.ForeignKey("fleet.Node", null=True, on_delete=models.PROTECT, related_name="allocations")
     exclusive = models.BooleanField(default=True)
     milli = models.PositiveIntegerField(default=1000)
     mig_instance = models.CharField(max_length=64, blank=True)
@@ -261,7 +278,10 @@ class Allocation(models.Model):
                 condition=Q(exclusive=False) | Q(milli=1000), name="%(app_label)s_%(class)s_exclusive_whole"
             ),
         ]
-        indexes = [models.Index(fields=["gpu"], condition=Q(released_at__isnull=True), name="sched_alloc_active")]
+        indexes = [
+            models.Index(fields=["gpu"], condition=Q(released_at__isnull=True), name="sched_alloc_active"),
+            models.Index(fields=["node"], condition=Q(released_at__isnull=True), name="sched_alloc_active_node"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.workload} r{self.replica} → {self.gpu}"
@@ -382,3 +402,39 @@ class QueueUsageSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}/{self.flavor} @ {self.at:%Y-%m-%d %H:%M}"
+
+
+class PlacementRound(models.Model):
+    """One placement round's outcome and phase durations (for the dashboard and /metrics)."""
+
+    started_at = models.DateTimeField(db_index=True)
+    actor = models.CharField(max_length=150, blank=True)
+    skipped = models.BooleanField(default=False, help_text="Another round held the commit lock")
+    load_ms = models.FloatField(default=0.0)
+    compute_ms = models.FloatField(default=0.0)
+    commit_ms = models.FloatField(default=0.0)
+    followup_ms = models.FloatField(default=0.0)
+    total_ms = models.FloatField(default=0.0)
+    pending = models.PositiveIntegerField(default=0)
+    admitted = models.PositiveIntegerField(default=0)
+    dropped = models.PositiveIntegerField(default=0, help_text="Admissions whose GPUs were taken meanwhile")
+    preempted = models.PositiveIntegerField(default=0)
+    stopped_hard = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"round {self.started_at:%H:%M:%S}: {self.admitted} admitted"
+
+
+class SchedulerLock(models.Model):
+    """A row each round's commit updates first. On SQLite, whose transactions here begin
+    IMMEDIATE, that write serialises rounds; PostgreSQL uses an advisory lock as well."""
+
+    name = models.CharField(max_length=32, primary_key=True)
+    holder = models.CharField(max_length=150, blank=True)
+    acquired_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.name
