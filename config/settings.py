@@ -155,13 +155,23 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
-CELERY_BEAT_SCHEDULE: dict = {}
+CELERY_BEAT_SCHEDULE: dict = {
+    # */5 * * * *: one usage sample per queue × flavor for the team charts and sizing signals.
+    "quota_usage_sample": {"task": "scheduling.quota_usage_sample", "schedule": 300.0},
+    # */15 * * * *: apply approved quota requests whose start came, end expired temporary boosts.
+    "quota_requests_tick": {"task": "scheduling.quota_requests_tick", "schedule": 900.0},
+}
+# Task modules outside an app's tasks.py, which autodiscovery would not find.
+CELERY_IMPORTS = ["scheduling.quota_requests.tasks"]
 
 # --- Fleetdeck --------------------------------------------------------------------------------
 FLEETDECK = {
     # Bearer token for GET /metrics; empty means open to any client that can reach it.
     "METRICS_TOKEN": env_str("METRICS_TOKEN", ""),
     "PLACEMENT_ROUND_SECONDS": env_int("PLACEMENT_ROUND_SECONDS", 2),
+    # Approvals may bring a flavor's nominal quotas to at most fleet capacity × this ratio
+    # (1.0: never beyond capacity) unless the operator ticks "override", which is audited.
+    "QUOTA_OVERSUBSCRIPTION_MAX": float(env_str("QUOTA_OVERSUBSCRIPTION_MAX", "1.0")),
     "NODE_STALE_SECONDS": env_int("NODE_STALE_SECONDS", 120),
 }
 

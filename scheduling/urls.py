@@ -1,4 +1,6 @@
-from django.urls import path  # noqa: F401
+from django.urls import include, path
 
 app_name = "scheduling"
-urlpatterns: list = []
+urlpatterns: list = [
+    path("", include("scheduling.quota_requests.urls")),
+]

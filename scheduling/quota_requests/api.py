@@ -1,0 +1,120 @@
+"""/api/v1/quota-requests/: list and file requests; approve, deny and withdraw them.
+
+Input serializers only parse; the same service functions as the form validate and act, so the
+API and the pages refuse the same things. A service's ValidationError becomes a 400 keyed by
+field, PermissionDenied a 403."""
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+from django.utils import timezone
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from core.actors import Actor
+from core.roles import is_operator
+from fleet.models import GpuFlavor
+from scheduling.models import Queue, QuotaRequest
+
+from . import selectors, services
+
+
+class QuotaRequestOutputSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="team.name")
+    queue = serializers.CharField(source="queue.name")
+    flavor = serializers.CharField(source="flavor.name")
+    requested_by = serializers.CharField(source="requested_by.username", default=None)
+    reviewed_by = serializers.CharField(source="reviewed_by.username", default=None)
+
+    class Meta:
+        model = QuotaRequest
+        fields = [
+            "id", "team", "queue", "flavor", "requested_nominal", "requested_borrowing_limit", "starts_on",
+            "ends_on", "justification", "state", "requested_by", "created_at", "reviewed_by", "reviewed_at",
+            "review_comment", "applied_at", "expired_at", "previous_nominal", "previous_borrowing_limit",
+        ]
+        read_only_fields = fields
+
+
+class QuotaRequestInputSerializer(serializers.Serializer):
+    queue = serializers.SlugRelatedField(slug_field="name", queryset=Queue.objects.select_related("team"))
+    flavor = serializers.SlugRelatedField(slug_field="name", queryset=GpuFlavor.objects.all())
+    requested_nominal = serializers.IntegerField()
+    requested_borrowing_limit = serializers.IntegerField(required=False, allow_null=True, default=None)
+    starts_on = serializers.DateField(required=False)
+    ends_on = serializers.DateField(required=False, allow_null=True, default=None)
+    justification = serializers.CharField(allow_blank=True)
+
+
+class ReviewInputSerializer(serializers.Serializer):
+    comment = serializers.CharField(required=False, allow_blank=True, default="")
+    override = serializers.BooleanField(required=False, default=False)
+
+
+def _as_drf(exc: DjangoValidationError) -> ValidationError:
+    if hasattr(exc, "error_dict"):
+        return ValidationError(exc.message_dict)
+    return ValidationError({"non_field_errors": exc.messages})
+
+
+class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = QuotaRequestOutputSerializer
+    filterset_fields = ["state"]
+
+    def get_queryset(self):
+        return selectors.quota_requests_visible_to(self.request.user)
+
+    def get_object(self) -> QuotaRequest:
+        try:
+            return selectors.quota_request_for_user(self.request.user, int(self.kwargs["pk"]))
+        except Http404 as exc:
+            raise NotFound(str(exc)) from exc
+        except DjangoPermissionDenied as exc:
+            raise PermissionDenied(str(exc)) from exc
+
+    def _call(self, fn, **kwargs) -> QuotaRequest:
+        try:
+            return fn(actor=Actor.from_request(self.request), **kwargs)
+        except DjangoPermissionDenied as exc:
+            raise PermissionDenied(str(exc)) from exc
+        except DjangoValidationError as exc:
+            raise _as_drf(exc) from exc
+
+    def create(self, request: Request) -> Response:
+        data = QuotaRequestInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields = dict(data.validated_data)
+        fields.setdefault("starts_on", timezone.localdate())
+        quota_request = self._call(services.quota_request_create, **fields)
+        return Response(QuotaRequestOutputSerializer(quota_request).data, status=status.HTTP_201_CREATED)
+
+    def _reviewable(self) -> QuotaRequest:
+        if not is_operator(self.request.user):
+            raise PermissionDenied("Only operators may review quota requests.")
+        return self.get_object()
+
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str) -> Response:
+        quota_request = self._reviewable()
+        body = ReviewInputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        done = self._call(services.quota_request_approve, quota_request=quota_request, **body.validated_data)
+        return Response(QuotaRequestOutputSerializer(done).data)
+
+    @action(detail=True, methods=["post"])
+    def deny(self, request: Request, pk: str) -> Response:
+        quota_request = self._reviewable()
+        body = ReviewInputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        done = self._call(services.quota_request_deny, quota_request=quota_request,
+                          comment=body.validated_data["comment"])
+        return Response(QuotaRequestOutputSerializer(done).data)
+
+    @action(detail=True, methods=["post"])
+    def withdraw(self, request: Request, pk: str) -> Response:
+        done = self._call(services.quota_request_withdraw, quota_request=self.get_object())
+        return Response(QuotaRequestOutputSerializer(done).data)

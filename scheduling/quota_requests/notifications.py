@@ -1,0 +1,75 @@
+"""E-mail about quota request state changes, to the team and to operators.
+
+Sent only after the transaction that changed the state commits: a rolled-back approval must
+never have told anyone it happened."""
+from __future__ import annotations
+
+import logging
+
+from django.contrib.auth import get_user_model
+from django.core.mail import EmailMessage, get_connection
+from django.db import transaction
+
+from core.roles import OPERATORS_GROUP
+from scheduling.models import QuotaRequest, TeamMembership
+
+logger = logging.getLogger(__name__)
+
+
+def notify_on_commit(quota_request_id: int, *, old_state: str, new_state: str) -> None:
+    transaction.on_commit(lambda: quota_request_notify(quota_request_id, old_state=old_state, new_state=new_state))
+
+
+def team_recipients(team_id: int, team_email: str) -> list[str]:
+    if team_email:
+        return [team_email]
+    emails = TeamMembership.objects.filter(team_id=team_id).exclude(user__email="")
+    return sorted(set(emails.values_list("user__email", flat=True)))
+
+
+def operator_recipients() -> list[str]:
+    users = get_user_model().objects.filter(groups__name=OPERATORS_GROUP, is_active=True).exclude(email="")
+    return sorted(set(users.values_list("email", flat=True)))
+
+
+def quota_request_notify(quota_request_id: int, *, old_state: str, new_state: str) -> int:
+    """Send the team and the operators one message each; returns the number sent. A mail server
+    failure is logged, not raised: the state change has already committed."""
+    qr = QuotaRequest.objects.select_related("team", "queue", "flavor", "requested_by", "reviewed_by").get(
+        pk=quota_request_id
+    )
+    subject = f"[Fleetdeck] Quota request #{qr.pk} for {qr.team.name}: {qr.get_state_display().lower()}"
+    body = _body(qr, old_state=old_state)
+    messages = [
+        EmailMessage(subject=subject, body=body, to=recipients)
+        for recipients in (team_recipients(qr.team_id, qr.team.email), operator_recipients())
+        if recipients
+    ]
+    if not messages:
+        return 0
+    try:
+        return get_connection().send_messages(messages) or 0
+    except OSError:
+        logger.exception("could not e-mail about quota request %s", qr.pk)
+        return 0
+
+
+def _body(qr: QuotaRequest, *, old_state: str) -> str:
+    window = f"from {qr.starts_on}" + (f" until {qr.ends_on} (temporary boost)" if qr.ends_on else " (permanent)")
+    lines = [
+        f"Quota request #{qr.pk} of team {qr.team.name} is now {qr.get_state_display().lower()}"
+        + (f" (was {old_state})." if old_state else "."),
+        "",
+        f"Queue: {qr.queue.name}",
+        f"Flavor: {qr.flavor.name}",
+        f"Requested nominal: {qr.requested_nominal} GPUs",
+    ]
+    if qr.requested_borrowing_limit is not None:
+        lines.append(f"Requested borrowing limit: {qr.requested_borrowing_limit} GPUs")
+    lines += [f"Window: {window}", f"Requested by: {qr.requested_by or '—'}", "", "Justification:", qr.justification]
+    if qr.reviewed_by_id:
+        lines += ["", f"Reviewed by {qr.reviewed_by}: {qr.review_comment or '(no comment)'}"]
+    if qr.previous_nominal is not None:
+        lines += ["", f"Nominal before the change: {qr.previous_nominal} GPUs"]
+    lines += ["", f"/scheduling/quota-requests/{qr.pk}/"]
+    return "\n".join(lines)

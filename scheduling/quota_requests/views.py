@@ -1,0 +1,204 @@
+"""Team pages, the quota request form and the operator review queue."""
+from __future__ import annotations
+
+import datetime as dt
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Case, IntegerField, Value, When
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from core.actors import Actor
+from core.models import AuditEvent
+from core.roles import is_operator, may_act_for_team, team_ids
+from scheduling.choices import QUOTA_REQUEST_STATE_COLORS, WORKLOAD_STATE_COLORS, QuotaRequestState
+
+from . import charts, selectors, services
+from .forms import QuotaRequestForm, ReviewForm, add_service_errors
+
+S = QuotaRequestState
+
+
+# --- teams ---------------------------------------------------------------------------------------
+
+
+def team_list(request: HttpRequest) -> HttpResponse:
+    teams = list(selectors.teams_visible_to(request.user).prefetch_related("queues"))
+    snapshot = selectors.usage_now()
+    rows = [(team, snapshot.for_queues(q.pk for q in team.queues.all())) for team in teams]
+    return render(
+        request,
+        "scheduling/teams/team_list.html",
+        {"rows": rows, "snapshot": snapshot, "sees_all": selectors.sees_all_teams(request.user)},
+    )
+
+
+def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
+    team = selectors.team_for_user(request.user, team_id)
+    now = timezone.now()
+    queue_ids = list(team.queues.values_list("pk", flat=True))
+    snapshot = selectors.usage_now()
+    usage = snapshot.for_queues(queue_ids)
+    utilised = selectors.latest_utilised(queue_ids, now=now)
+    usage_rows = [
+        (u, snapshot.queues[u.queue_id], snapshot.flavors[u.flavor_id], utilised.get((u.queue_id, u.flavor_id)))
+        for u in usage
+    ]
+    pending_any = sum(snapshot.pending_any_flavor.get(q, 0) for q in queue_ids)
+    return render(
+        request,
+        "scheduling/teams/team_detail.html",
+        {
+            "team": team,
+            "usage_rows": usage_rows,
+            "pending_any_flavor": pending_any,
+            "charts": _history_charts(queue_ids, snapshot, now),
+            "workloads": selectors.team_workloads(team),
+            "workload_colors": WORKLOAD_STATE_COLORS,
+            "requests": selectors.quota_requests_visible_to(request.user).filter(team=team)[:50],
+            "state_colors": QUOTA_REQUEST_STATE_COLORS,
+            "history": selectors.quota_history(team),
+            "may_file": may_act_for_team(request.user, team.pk),
+        },
+    )
+
+
+def _history_charts(queue_ids, snapshot: selectors.UsageSnapshot, now: dt.datetime) -> list[dict]:
+    history = selectors.usage_history(queue_ids=queue_ids, since=now - dt.timedelta(days=30))
+    week_ago = now - dt.timedelta(days=7)
+    out = []
+    for flavor_id, points in sorted(history.items(), key=lambda item: snapshot.flavors[item[0]].name):
+        name = snapshot.flavors[flavor_id].name
+        week = [p for p in points if p.at >= week_ago]
+        out.append({
+            "flavor": name,
+            "week": charts.figure_html(charts.usage_history_figure(week, flavor_name=name, days=7),
+                                       div_id=f"usage-7d-{flavor_id}"),
+            "month": charts.figure_html(charts.usage_history_figure(points, flavor_name=name, days=30),
+                                        div_id=f"usage-30d-{flavor_id}"),
+        })
+    return out
+
+
+# --- quota requests ------------------------------------------------------------------------------
+
+
+def quota_request_list(request: HttpRequest) -> HttpResponse:
+    """For operators, the review queue: open requests first, each with its context."""
+    open_first = Case(
+        When(state=S.SUBMITTED, then=Value(0)), When(state=S.APPROVED, then=Value(1)), default=Value(2),
+        output_field=IntegerField(),
+    )
+    visible = selectors.quota_requests_visible_to(request.user)
+    requests = list(visible.annotate(open_first=open_first).order_by("open_first", "-created_at", "-id")[:200])
+    open_requests = [r for r in requests if r.state == S.SUBMITTED]
+    contexts = selectors.review_contexts(open_requests)
+    operator = is_operator(request.user)
+    return render(
+        request,
+        "scheduling/quota_requests/quota_request_list.html",
+        {
+            "open_requests": [(r, contexts[r.pk]) for r in open_requests],
+            "other_requests": [r for r in requests if r.state != S.SUBMITTED],
+            "state_colors": QUOTA_REQUEST_STATE_COLORS,
+            "is_reviewer": operator,
+            "review_form": ReviewForm(),
+            "sizing_signals": selectors.sizing_signals() if operator else [],
+            "may_file": operator or bool(team_ids(request.user)),
+            "my_team_ids": team_ids(request.user),
+        },
+    )
+
+
+def quota_request_new(request: HttpRequest) -> HttpResponse:
+    if not (is_operator(request.user) or team_ids(request.user)):
+        raise PermissionDenied("Only team members and operators can request quota.")
+    today = timezone.localdate()
+    form = QuotaRequestForm(request.POST or None, user=request.user, today=today)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            quota_request = services.quota_request_create(actor=Actor.from_request(request), **data)
+        except ValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(request, f"Quota request #{quota_request.pk} submitted; operators have been notified.")
+            return redirect("scheduling:quota-request-detail", request_id=quota_request.pk)
+    return render(request, "scheduling/quota_requests/quota_request_form.html", {"form": form},
+                  status=400 if form.errors else 200)
+
+
+def quota_request_detail(request: HttpRequest, request_id: int) -> HttpResponse:
+    quota_request = selectors.quota_request_for_user(request.user, request_id)
+    context = selectors.review_contexts([quota_request]).get(quota_request.pk)
+    return render(
+        request,
+        "scheduling/quota_requests/quota_request_detail.html",
+        {
+            "r": quota_request,
+            "ctx": context,
+            "state_colors": QUOTA_REQUEST_STATE_COLORS,
+            "is_reviewer": is_operator(request.user),
+            "may_withdraw": quota_request.state == S.SUBMITTED and (
+                quota_request.requested_by_id == request.user.pk or quota_request.team_id in team_ids(request.user)
+            ),
+            "review_form": ReviewForm(),
+            "history": AuditEvent.objects.for_target(quota_request),
+        },
+    )
+
+
+@require_POST
+def quota_request_approve(request: HttpRequest, request_id: int) -> HttpResponse:
+    return _review(request, request_id, approve=True)
+
+
+@require_POST
+def quota_request_deny(request: HttpRequest, request_id: int) -> HttpResponse:
+    return _review(request, request_id, approve=False)
+
+
+def _review(request: HttpRequest, request_id: int, *, approve: bool) -> HttpResponse:
+    if not is_operator(request.user):
+        raise PermissionDenied("Only operators may review quota requests.")
+    quota_request = selectors.quota_request_for_user(request.user, request_id)
+    form = ReviewForm(request.POST)
+    form.is_valid()
+    comment, override = form.cleaned_data.get("comment", ""), form.cleaned_data.get("override", False)
+    actor = Actor.from_request(request)
+    try:
+        if approve:
+            done = services.quota_request_approve(actor=actor, quota_request=quota_request, comment=comment,
+                                                  override=override)
+        else:
+            done = services.quota_request_deny(actor=actor, quota_request=quota_request, comment=comment)
+    except ValidationError as exc:
+        messages.error(request, f"Request #{quota_request.pk} not {'approved' if approve else 'denied'}: "
+                       + " ".join(exc.messages))
+    else:
+        messages.success(request, f"Request #{done.pk} {done.get_state_display().lower()}.")
+    return _back(request, quota_request.pk)
+
+
+@require_POST
+def quota_request_withdraw(request: HttpRequest, request_id: int) -> HttpResponse:
+    quota_request = selectors.quota_request_for_user(request.user, request_id)
+    try:
+        services.quota_request_withdraw(actor=Actor.from_request(request), quota_request=quota_request)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"Request #{quota_request.pk} withdrawn.")
+    return _back(request, quota_request.pk)
+
+
+def _back(request: HttpRequest, request_id: int) -> HttpResponse:
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        target = reverse("scheduling:quota-request-detail", kwargs={"request_id": request_id})
+    return redirect(target or reverse("scheduling:quota-request-detail", kwargs={"request_id": request_id}))
