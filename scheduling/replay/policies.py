@@ -1,0 +1,280 @@
+"""Placement policies: each picks a node and GPUs for one pod, or None when nothing fits.
+
+Score-based policies scan the feasible nodes in tie-break order and keep the first best,
+like the artifact's scheduler (equal scores go to the smallest node name). The baselines
+mirror the FGD artifact's score plugins (hkust-adsl/kubernetes-scheduler-simulator), with
+their integer truncation, because ties decide a lot of placements.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from scheduling.engine.fragmentation import TypicalMix, fgd_node_score
+from scheduling.engine.types import WHOLE
+from scheduling.replay.cluster import Cluster, Node, affinity_tag
+from scheduling.replay.trace import PodSpec
+
+MAX_SPEC_CPU = 128_000  # the artifact's normalisers (milli-CPU, milli-GPU of its largest node)
+MAX_SPEC_GPU = 8_000
+
+Choice = tuple[Node, tuple[int, ...]]
+
+
+class Policy:
+    """Base: `choose(pod)` returns (node, GPU indices) or None. Subclasses set `name`."""
+
+    name = ""
+
+    def __init__(self, cluster: Cluster, *, seed: int, mix: TypicalMix) -> None:
+        self.cluster = cluster
+        self.rng = random.Random(seed)
+        self.mix = mix
+
+    def choose(self, pod: PodSpec) -> Choice | None:
+        raise NotImplementedError
+
+    def feasible(self, pod: PodSpec) -> list[Node]:
+        c, mem, n, m = pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli
+        nodes = self.cluster.candidates(pod)
+        if not n:
+            return [x for x in nodes if x.cpu >= c and x.mem >= mem]
+        if m < WHOLE:
+            return [x for x in nodes if x.max_free >= m and x.cpu >= c and x.mem >= mem]
+        return [x for x in nodes if x.full_free >= n and x.cpu >= c and x.mem >= mem]
+
+    @staticmethod
+    def best_fit_gpus(node: Node, pod: PodSpec) -> tuple[int, ...]:
+        if not pod.num_gpu:
+            return ()
+        if pod.gpu_milli < WHOLE:
+            return (node.tightest_gpu(pod.gpu_milli),)
+        return node.whole_gpus(pod.num_gpu)
+
+
+class ScoredPolicy(Policy):
+    """Highest integer score wins; ties go to the lowest rank. GPUs chosen best-fit."""
+
+    def score(self, node: Node, pod: PodSpec) -> float:
+        raise NotImplementedError
+
+    def choose(self, pod: PodSpec) -> Choice | None:
+        best: Node | None = None
+        best_score = 0.0
+        score = self.score
+        for node in self.feasible(pod):  # in rank order, so strict > keeps the lowest rank
+            s = score(node, pod)
+            if best is None or s > best_score:
+                best, best_score = node, s
+        if best is None:
+            return None
+        return best, self.best_fit_gpus(best, pod)
+
+
+class RandomPolicy(Policy):
+    """A uniformly random feasible node; a share goes to a random GPU that fits."""
+
+    name = "random"
+
+    def choose(self, pod: PodSpec) -> Choice | None:
+        nodes = self.feasible(pod)
+        if not nodes:
+            return None
+        node = nodes[self.rng.randrange(len(nodes))]
+        if pod.is_share:
+            fitting = [i for i, g in enumerate(node.gpus) if g >= pod.gpu_milli]
+            return node, (fitting[self.rng.randrange(len(fitting))],)
+        return node, self.best_fit_gpus(node, pod)
+
+
+class SpreadPolicy(ScoredPolicy):
+    """Kubernetes' default NodeResourcesLeastAllocated over CPU, memory and GPU milli."""
+
+    name = "spread"
+
+    def score(self, node: Node, pod: PodSpec) -> float:
+        total = (node.cpu - pod.cpu_milli) * 100 // max(node.cpu_total, 1)
+        total += (node.mem - pod.memory_mib) * 100 // max(node.mem_total, 1)
+        parts = 2
+        if node.gpu_count:
+            total += (node.gpu_free_total - pod.total_gpu_milli) * 100 // (node.gpu_count * WHOLE)
+            parts = 3
+        return total // parts
+
+    def choose(self, pod: PodSpec) -> Choice | None:
+        chosen = super().choose(pod)
+        if chosen is None or not pod.is_share:
+            return chosen
+        node = chosen[0]
+        # Spreading within the node too: the emptiest GPU, lowest index on ties.
+        return node, (max(range(len(node.gpus)), key=lambda i: (node.gpus[i], -i)),)
+
+
+class BestFitPolicy(ScoredPolicy):
+    """Artifact's BestFit: least (CPU, GPU) left over, both normalised by the largest node."""
+
+    name = "bestfit"
+
+    def score(self, node: Node, pod: PodSpec) -> float:
+        left = 0.0
+        left += (node.cpu - pod.cpu_milli) / MAX_SPEC_CPU * 0.5
+        left += (node.gpu_free_total - pod.total_gpu_milli) / MAX_SPEC_GPU * 0.5
+        return int((1.0 - left) * 100)
+
+
+class DotProdPolicy(ScoredPolicy):
+    """Artifact's DotProd (Tetris): smallest dot product of free and requested (CPU, GPU)."""
+
+    name = "dotprod"
+
+    def score(self, node: Node, pod: PodSpec) -> float:
+        dot = (node.cpu / MAX_SPEC_CPU) * (pod.cpu_milli / MAX_SPEC_CPU)
+        dot += (node.gpu_free_total / MAX_SPEC_GPU) * (pod.total_gpu_milli / MAX_SPEC_GPU)
+        return int(100 * (1 - dot / 2))
+
+
+class GpuPackingPolicy(ScoredPolicy):
+    """Artifact's GpuPacking: shared GPUs first, then free GPUs on used nodes, then idle nodes."""
+
+    name = "gpupacking"
+
+    def score(self, node: Node, pod: PodSpec) -> float:
+        if not pod.num_gpu:
+            return 0
+        free = node.full_free
+        if free == node.gpu_count:
+            return max(100 // 3 - free, free)
+        order = sorted(range(node.gpu_count), key=lambda i: node.gpus[i])  # stable: least free first
+        need = pod.num_gpu
+        whole_used = 0
+        used: list[int] = []
+        for i in order:
+            if not need:
+                break
+            if pod.gpu_milli <= node.gpus[i]:
+                need -= 1
+                used.append(i)
+                whole_used += node.gpus[i] == WHOLE
+        if whole_used:
+            return max(100 // 2 - whole_used, 100 // 3)
+        ratio = sum(node.gpus[i] * 100 // WHOLE for i in used)
+        return max(100 - ratio // 10, 100 // 2)
+
+
+class GpuClusteringPolicy(ScoredPolicy):
+    """Artifact's GpuClustering: put pods with the same GPU shape together."""
+
+    name = "gpuclustering"
+
+    def score(self, node: Node, pod: PodSpec) -> float:
+        if not pod.num_gpu:
+            return 0
+        base = 25 * (MAX_SPEC_GPU - node.gpu_free_total) // MAX_SPEC_GPU
+        kinds = sum(1 for v in node.affinity.values() if v)
+        if node.affinity[affinity_tag(pod)]:
+            return base + (75 if kinds == 1 else 50)
+        return base + (25 if kinds == 0 else 0)
+
+
+def _after_desc(gpus_desc: tuple[int, ...], old: int, new: int) -> tuple[int, ...]:
+    """`gpus_desc` with one GPU at `old` free milli changed to `new`, still sorted."""
+    out = list(gpus_desc)
+    out.remove(old)
+    out.append(new)
+    out.sort(reverse=True)
+    return tuple(out)
+
+
+class FragmentationPolicy(Policy):
+    """Shared machinery of FGD-style policies: fragmentation change per candidate placement.
+
+    `delta(node, pod)` returns [(weighted fragmentation removed, GPU indices)] for each
+    distinct way the pod can land on the node, cached per node version and pod shape."""
+
+    def deltas(self, node: Node, pod: PodSpec) -> list[tuple[int, tuple[int, ...]]]:
+        key = (pod.cpu_milli, pod.num_gpu, pod.gpu_milli)
+        hit = node.cache.get(key)
+        if hit is not None:
+            return hit  # type: ignore[return-value]
+        weighted = self.mix.weighted_sorted
+        desc = node.gpus_desc()
+        before = weighted(node.model, node.cpu, desc)
+        cpu_after = node.cpu - pod.cpu_milli
+        out: list[tuple[int, tuple[int, ...]]] = []
+        if pod.is_share:
+            seen: dict[int, int] = {}
+            for i, g in enumerate(node.gpus):
+                if g < pod.gpu_milli:
+                    continue
+                d = seen.get(g)
+                if d is None:
+                    d = seen[g] = before - weighted(node.model, cpu_after, _after_desc(desc, g, g - pod.gpu_milli))
+                out.append((d, (i,)))
+        else:
+            n = pod.num_gpu
+            after = desc[n:] + (0,) * n if n else desc  # whole GPUs: the leading 1000s become 0
+            out.append((before - weighted(node.model, cpu_after, after), node.whole_gpus(n)))
+        node.cache[key] = out
+        return out
+
+
+class FgdPolicy(FragmentationPolicy):
+    """Faithful FGD: sigmoid of the fragmentation drop, truncated to an integer 0–100."""
+
+    name = "fgd"
+
+    def choose(self, pod: PodSpec) -> Choice | None:
+        weight = self.mix.weight
+        best: Node | None = None
+        best_score = -1
+        best_gpus: tuple[int, ...] = ()
+        for node in self.feasible(pod):
+            key = ("fgd", pod.cpu_milli, pod.num_gpu, pod.gpu_milli)
+            hit = node.cache.get(key)
+            if hit is None:
+                s_best = -1
+                g_best: tuple[int, ...] = ()
+                for d, gpus in self.deltas(node, pod):
+                    s = fgd_node_score(d / weight)
+                    if s > s_best:  # first GPU index among equal scores, as the artifact
+                        s_best, g_best = s, gpus
+                hit = node.cache[key] = (s_best, g_best)
+            s, gpus = hit  # type: ignore[misc]
+            if s > best_score:
+                best, best_score, best_gpus = node, s, gpus
+        return None if best is None else (best, best_gpus)
+
+
+class FleetdeckPolicy(FragmentationPolicy):
+    """Ours: FGD's expected-fragmentation objective without its score truncation.
+
+    FGD squeezes the fragmentation change through a sigmoid and truncates to an integer,
+    so most nodes tie and an arbitrary node order decides. We rank by the exact change and
+    break the remaining ties by packing (the node with the least free GPU, then CPU),
+    which keeps empty nodes whole for the multi-GPU pods that need them."""
+
+    name = "fleetdeck"
+
+    def choose(self, pod: PodSpec) -> Choice | None:
+        best: Node | None = None
+        best_key: tuple[float, ...] = ()
+        best_gpus: tuple[int, ...] = ()
+        for node in self.feasible(pod):
+            key = ("fd", pod.cpu_milli, pod.num_gpu, pod.gpu_milli)
+            hit = node.cache.get(key)
+            if hit is None:
+                d_best, g_best = max(self.deltas(node, pod), key=lambda dg: dg[0])
+                hit = node.cache[key] = ((d_best, -node.gpu_free_total, -node.cpu), g_best)
+            k, gpus = hit  # type: ignore[misc]
+            if best is None or k > best_key:
+                best, best_key, best_gpus = node, k, gpus
+        return None if best is None else (best, best_gpus)
+
+
+POLICIES: dict[str, Callable[..., Policy]] = {
+    p.name: p
+    for p in (
+        FleetdeckPolicy, FgdPolicy, BestFitPolicy, GpuPackingPolicy, GpuClusteringPolicy, DotProdPolicy,
+        SpreadPolicy, RandomPolicy,
+    )
+}
