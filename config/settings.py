@@ -131,6 +131,13 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Several models have a `state`/`health` field; name each enum after its choices class.
+    "ENUM_NAME_OVERRIDES": {
+        "NodeStateEnum": "fleet.choices.NodeState",
+        "GpuHealthEnum": "fleet.choices.GpuHealth",
+        "SharingModeEnum": "fleet.choices.SharingMode",
+        "ExecutorKindEnum": "fleet.choices.ExecutorKind",
+    },
 }
 
 # --- Celery -----------------------------------------------------------------------------------

@@ -1,7 +1,16 @@
 """The inventory's query vocabulary."""
+from django.apps import apps
 from django.db import models
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q
 
 from .choices import GpuHealth, NodeState
+
+
+def active_allocations() -> models.QuerySet:
+    """Allocations still holding a GPU (scheduling owns the model; looked up lazily to keep the
+    import graph one-way: scheduling imports fleet, never the reverse at import time)."""
+    allocation = apps.get_model("scheduling", "Allocation")
+    return allocation.objects.filter(released_at__isnull=True)
 
 
 class NodeQuerySet(models.QuerySet):
@@ -14,7 +23,35 @@ class NodeQuerySet(models.QuerySet):
     def with_topology(self) -> "NodeQuerySet":
         return self.select_related("rack", "rack__spine", "flavor")
 
+    def with_gpu_counts(self) -> "NodeQuerySet":
+        """Adds gpu_total, gpu_unhealthy and gpu_allocated (GPUs with an active allocation)."""
+        return self.annotate(
+            gpu_total=Count("gpus", distinct=True),
+            gpu_unhealthy=Count("gpus", filter=Q(gpus__health=GpuHealth.UNHEALTHY), distinct=True),
+            gpu_allocated=Count(
+                "gpus", filter=Q(gpus__in=active_allocations().values("gpu_id")), distinct=True
+            ),
+        )
+
+    def with_gpus(self) -> "NodeQuerySet":
+        """Prefetches each node's GPUs in index order, each with its `allocated` flag."""
+        gpu = self.model._meta.get_field("gpus").related_model
+        return self.prefetch_related(Prefetch("gpus", queryset=gpu.objects.with_allocation().order_by("index")))
+
+    def fully_free(self) -> "NodeQuerySet":
+        """Ready nodes none of whose GPUs is held by an active allocation: the ones a whole-node
+        (multi-node gang) job can take. Free GPUs scattered over busy nodes do not count."""
+        busy = active_allocations().filter(gpu__node=OuterRef("pk"))
+        return self.filter(state=NodeState.READY).exclude(Exists(busy))
+
 
 class GpuQuerySet(models.QuerySet):
     def unhealthy(self) -> "GpuQuerySet":
         return self.filter(health=GpuHealth.UNHEALTHY)
+
+    def with_allocation(self) -> "GpuQuerySet":
+        """Adds `allocated`: True while any active allocation holds (part of) the GPU."""
+        return self.annotate(allocated=Exists(active_allocations().filter(gpu=OuterRef("pk"))))
+
+    def allocated(self) -> "GpuQuerySet":
+        return self.filter(Exists(active_allocations().filter(gpu=OuterRef("pk"))))

@@ -1,4 +1,9 @@
 from rest_framework.routers import DefaultRouter
 
+from .views import GpuViewSet, NodeViewSet, RackViewSet
+
 router = DefaultRouter(trailing_slash=True)
+router.register("racks", RackViewSet, basename="rack")
+router.register("nodes", NodeViewSet, basename="node")
+router.register("gpus", GpuViewSet, basename="gpu")
 urlpatterns = router.urls

@@ -1,0 +1,125 @@
+"""Inventory API: read-only racks, nodes and GPUs; cordon and uncordon commands for operators."""
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Count
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+
+from core.actors import Actor
+from core.permissions import IsOperator, ReadOnlyOrOperator
+from fleet.filtersets import GpuFilterSet, NodeFilterSet, RackFilterSet
+from fleet.models import Gpu, Node, Rack
+from fleet.services import NodeStateConflict, node_cordon, node_uncordon
+
+from .serializers import (
+    CordonInputSerializer,
+    GpuSerializer,
+    NodeDetailSerializer,
+    NodeSerializer,
+    RackSerializer,
+)
+
+# Node and rack names may contain dots (host-style names), which the default lookup regex rejects.
+NAME_LOOKUP = r"[^/]+"
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List racks", description="Racks with their spine and node/GPU counts."),
+    retrieve=extend_schema(summary="Get a rack by name"),
+)
+class RackViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Rack.objects.select_related("spine").annotate(
+        node_count=Count("nodes", distinct=True), gpu_count=Count("nodes__gpus", distinct=True)
+    )
+    serializer_class = RackSerializer
+    filterset_class = RackFilterSet
+    permission_classes = [ReadOnlyOrOperator]
+    lookup_field = "name"
+    lookup_value_regex = NAME_LOOKUP
+
+
+_state_conflict = OpenApiResponse(OpenApiTypes.OBJECT, description="The node's state forbids it (repair, burn-in)")
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List nodes", description="Filter by rack, spine, state, flavor, pool, executor."),
+    retrieve=extend_schema(summary="Get a node by name, with its GPUs"),
+)
+class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = NodeSerializer
+    filterset_class = NodeFilterSet
+    permission_classes = [ReadOnlyOrOperator]
+    lookup_field = "name"
+    lookup_value_regex = NAME_LOOKUP
+
+    def get_queryset(self):
+        queryset = Node.objects.with_topology().with_gpu_counts()
+        if self.action != "list":
+            queryset = queryset.with_gpus()
+        return queryset
+
+    def get_serializer_class(self):
+        return NodeSerializer if self.action == "list" else NodeDetailSerializer
+
+    def _transition(self, request, service, name):
+        node = self.get_object()
+        payload = CordonInputSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        try:
+            service(node=node, reason=payload.validated_data["reason"], actor=Actor.from_request(request))
+        except NodeStateConflict as exc:
+            return Response({"detail": exc.messages[0], "state": node.state}, status=status.HTTP_409_CONFLICT)
+        except DjangoValidationError as exc:
+            raise ValidationError(exc.message_dict if hasattr(exc, "error_dict") else exc.messages) from exc
+        # Re-read through the queryset so the answer carries the same counts and GPUs as GET.
+        return Response(NodeDetailSerializer(self.get_queryset().get(pk=node.pk)).data)
+
+    @extend_schema(
+        summary="Cordon a node",
+        description="Stops new placements on the node. Idempotent: cordoning a cordoned node changes nothing. "
+        "Operators only.",
+        request=CordonInputSerializer,
+        responses={
+            200: NodeDetailSerializer,
+            400: OpenApiResponse(description='Missing or blank reason: {"reason": ["This field is required."]}'),
+            403: OpenApiResponse(description="Not an operator"),
+            404: OpenApiResponse(description="No such node"),
+            409: _state_conflict,
+        },
+    )
+    @action(detail=True, methods=["post"], permission_classes=[IsOperator])
+    def cordon(self, request, name=None):
+        return self._transition(request, node_cordon, name)
+
+    @extend_schema(
+        summary="Uncordon a node",
+        description="Returns a cordoned node to service. Idempotent. Nodes in repair, burn-in or draining are "
+        "refused with 409. Operators only.",
+        request=CordonInputSerializer,
+        responses={
+            200: NodeDetailSerializer,
+            400: OpenApiResponse(description='Missing or blank reason: {"reason": ["This field is required."]}'),
+            403: OpenApiResponse(description="Not an operator"),
+            404: OpenApiResponse(description="No such node"),
+            409: _state_conflict,
+        },
+    )
+    @action(detail=True, methods=["post"], permission_classes=[IsOperator])
+    def uncordon(self, request, name=None):
+        return self._transition(request, node_uncordon, name)
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List GPUs", description="Filter by node, rack, health, flavor, pool, allocated."),
+    retrieve=extend_schema(summary="Get a GPU by UUID"),
+)
+class GpuViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Gpu.objects.select_related("node", "node__rack", "node__flavor").with_allocation()
+    serializer_class = GpuSerializer
+    filterset_class = GpuFilterSet
+    permission_classes = [ReadOnlyOrOperator]
+    lookup_field = "uuid"
+    lookup_value_regex = NAME_LOOKUP

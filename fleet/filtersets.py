@@ -1,0 +1,39 @@
+"""Filters of the inventory lists, shared by the API (and any page that lists nodes or GPUs)."""
+import django_filters
+
+from .choices import ExecutorKind, GpuHealth, NodeState
+from .models import Gpu, Node, Rack
+
+
+class RackFilterSet(django_filters.FilterSet):
+    spine = django_filters.CharFilter(field_name="spine__name", help_text="Spine name")
+
+    class Meta:
+        model = Rack
+        fields = ["spine"]
+
+
+class NodeFilterSet(django_filters.FilterSet):
+    rack = django_filters.CharFilter(field_name="rack__name", help_text="Rack name")
+    spine = django_filters.CharFilter(field_name="rack__spine__name", help_text="Spine name")
+    state = django_filters.MultipleChoiceFilter(choices=NodeState.choices, help_text="Repeat for several states")
+    flavor = django_filters.CharFilter(field_name="flavor__name", help_text="GPU flavor name, e.g. H100-SXM-80GB")
+    pool = django_filters.CharFilter(help_text="Node pool")
+    executor = django_filters.ChoiceFilter(choices=ExecutorKind.choices)
+
+    class Meta:
+        model = Node
+        fields = ["rack", "spine", "state", "flavor", "pool", "executor"]
+
+
+class GpuFilterSet(django_filters.FilterSet):
+    node = django_filters.CharFilter(field_name="node__name", help_text="Node name")
+    rack = django_filters.CharFilter(field_name="node__rack__name", help_text="Rack name")
+    health = django_filters.MultipleChoiceFilter(choices=GpuHealth.choices, help_text="Repeat for several")
+    flavor = django_filters.CharFilter(field_name="node__flavor__name", help_text="GPU flavor name")
+    pool = django_filters.CharFilter(field_name="node__pool", help_text="Node pool")
+    allocated = django_filters.BooleanFilter(help_text="Held by an active allocation")
+
+    class Meta:
+        model = Gpu
+        fields = ["node", "rack", "health", "flavor", "pool", "allocated"]
