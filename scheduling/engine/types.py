@@ -114,6 +114,8 @@ class GpuAssignment:
     index: int
     milli: int = WHOLE
     mig_instance: str | None = None
+    # Profile of mig_instance, so releasing it can return the instance to the right free list.
+    mig_profile: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +143,7 @@ class RunningWorkload:
     last_preempted_at: float | None = None
     expected_end: float | None = None  # started_at + time limit, for backfill reservations
     preempting: bool = False  # already being preempted: its GPUs free up at its deadline
+    preemptor_id: int | None = None  # while preempting: the workload its GPUs are freed for
 
 
 @dataclass(slots=True)
@@ -176,6 +179,8 @@ class Pending:
     reason: PendingReason
     message: str
     position: int  # 1-based position in its queue's order this round
+    # Backfill: when the engine expects the workload's reserved GPUs to be free (None: no reservation).
+    reserved_start: float | None = None
 
 
 @dataclass(slots=True)
@@ -183,3 +188,5 @@ class RoundResult:
     admitted: list[Admit] = field(default_factory=list)
     preemptions: list[Preempt] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
+    # Preemptor id -> the GPUs being freed for it; feed back as Snapshot.reservations next round.
+    reservations: dict[int, tuple[ReplicaPlacement, ...]] = field(default_factory=dict)

@@ -1,0 +1,170 @@
+"""Reservations: GPUs held for one workload while the rest of the round goes on.
+
+Two kinds share one mechanism (the currently free GPUs of the reserved placement are taken
+out of the live capacity, so nobody else finds them):
+
+* preemption holds (start None): GPUs being freed for a preemptor; only it may use them;
+* backfill holds (start = reserved start time): a gang blocked on capacity gets the GPUs that
+  free soonest (running workloads' expected_end). A later job may use them only if it ends
+  before the reserved start (now + time_limit <= start); jobs without a time limit never do."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .placement import Need
+from .reasons import Miss
+from .snapshot import Change
+from .types import PendingReason, ReplicaPlacement, RunningWorkload, WorkloadSpec
+
+if TYPE_CHECKING:
+    from .round import Placed, Round
+
+
+@dataclass(slots=True)
+class Hold:
+    owner: int
+    owner_name: str
+    start: float | None  # None: preemption hold
+    placements: tuple[ReplicaPlacement, ...]
+    changes: list[Change] = field(default_factory=list)  # the free GPUs taken for it right now
+
+
+class Reservations:
+    def __init__(self, rnd: Round) -> None:
+        self.rnd = rnd
+        self.holds: dict[int, Hold] = {}
+        self.claimed: set[int] = set()  # running workloads whose GPUs a backfill hold waits for
+        self.epoch = 0  # bumped whenever holds change, to invalidate cached verdicts
+        self._verdicts: dict[tuple[object, ...], bool] = {}
+        self._events: list[RunningWorkload] | None = None
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+    def add(self, owner: WorkloadSpec | int, name: str, start: float | None,
+            placements: tuple[ReplicaPlacement, ...]) -> Hold:
+        owner_id = owner if isinstance(owner, int) else owner.id
+        hold = Hold(owner_id, name, start, placements)
+        self._take_free(hold)
+        self.holds[owner_id] = hold
+        self.epoch += 1
+        return hold
+
+    def _take_free(self, hold: Hold) -> None:
+        cap = self.rnd.cap
+        hold.changes = []
+        for p in hold.placements:
+            node = cap.by_name.get(p.node)
+            if node is None:
+                continue
+            free = tuple(a for a in p.gpus if a.index < node.size and cap.is_free(node, (a,)))
+            if free:
+                cap.take(node, free)
+                hold.changes.append(Change(node, free))
+
+    def _give(self, hold: Hold) -> None:
+        self.rnd.cap.undo(hold.changes, taken=True)
+        hold.changes = []
+
+    def hold_carried(self) -> None:
+        """Re-hold GPUs carried from earlier rounds for preemptors that are still pending."""
+        names = {wl.id: wl.name for wl in self.rnd.snap.pending}
+        for owner in sorted(self.rnd.snap.reservations):
+            if owner in names:
+                self.add(owner, names[owner], None, self.rnd.snap.reservations[owner])
+
+    def release_own(self, owner: int) -> Hold | None:
+        hold = self.holds.pop(owner, None)
+        if hold is not None:
+            self._give(hold)
+            self.epoch += 1
+        return hold
+
+    def start_of(self, owner: int) -> float | None:
+        hold = self.holds.get(owner)
+        return None if hold is None else hold.start
+
+    def export(self) -> dict[int, tuple[ReplicaPlacement, ...]]:
+        return {h.owner: h.placements for h in self.holds.values() if h.start is None}
+
+    # -- backfill -----------------------------------------------------------------------------------
+    def backfill(self, wl: WorkloadSpec, needs: list[Need], miss: Miss) -> Placed | Miss:
+        """Place a time-limited job on reserved GPUs it will have left before their start."""
+        assert wl.time_limit_s is not None
+        ends = self.rnd.now + wl.time_limit_s
+        usable = [h for h in self.holds.values() if h.start is not None and ends <= h.start]
+        if not usable:
+            return miss
+        for h in usable:
+            self._give(h)
+        got = self.rnd.place(wl, needs)
+        for h in usable:
+            self._take_free(h)
+        return got
+
+    def explain_reserved(self, wl: WorkloadSpec, needs: list[Need], miss: Miss) -> Miss:
+        """RESERVED_FOR_HIGHER_PRIORITY when only held GPUs stand between `wl` and a placement."""
+        if not self.holds:
+            return miss
+        key = (self.epoch, wl.queue, wl.topology, wl.topology_required, tuple(n.spec for n in needs))
+        fits = self._verdicts.get(key)
+        if fits is None:
+            holds = list(self.holds.values())
+            for h in holds:
+                self._give(h)
+            got = self.rnd.place(wl, needs)
+            fits = not isinstance(got, Miss)
+            if not isinstance(got, Miss):
+                self.rnd.cap.undo(got.changes, taken=True)
+            for h in holds:
+                self._take_free(h)
+            self._verdicts[key] = fits
+        if not fits:
+            return miss
+        owners = sorted(self.holds.values(), key=lambda h: (h.start is not None, h.start or 0.0, h.owner))
+        names = ", ".join(h.owner_name for h in owners[:3]) + (" …" if len(owners) > 3 else "")
+        if wl.time_limit_s is None:
+            why = "it has no time limit, so it could delay them"
+        else:
+            why = f"its time limit ({wl.time_limit_s:.0f} s) ends after the reserved start"
+        return Miss(PendingReason.RESERVED_FOR_HIGHER_PRIORITY,
+                    f"the free GPUs it fits on are reserved for {names}; {why}")
+
+    def reserve(self, wl: WorkloadSpec, needs: list[Need], miss: Miss) -> None:
+        """Reserve for a blocked workload the GPUs that free soonest, if any ever will."""
+        cfg = self.rnd.config
+        backfill_holds = sum(1 for h in self.holds.values() if h.start is not None)
+        if wl.id in self.holds or backfill_holds >= cfg.max_reservations:
+            return
+        cap = self.rnd.cap
+        released: list[list[Change]] = []
+        found: tuple[float, tuple[ReplicaPlacement, ...], list[int]] | None = None
+        events = [rw for rw in self._sorted_events() if rw.id not in self.claimed][: cfg.reservation_search_limit]
+        for i, rw in enumerate(events):
+            released.append(cap.release(rw.placements))
+            if i + 1 < len(events) and events[i + 1].expected_end == rw.expected_end:
+                continue  # free everything that ends at the same moment before trying
+            got = self.rnd.place(wl, needs)
+            if not isinstance(got, Miss):
+                cap.undo(got.changes, taken=True)
+                found = (max(self.rnd.now, rw.expected_end or 0.0), tuple(got.placements),
+                         [e.id for e in events[: i + 1]])
+                break
+        for changes in reversed(released):
+            cap.undo(changes, taken=False)
+        if found is None:
+            return
+        start, placements, freed = found
+        used = {(p.node, a.index) for p in placements for a in p.gpus}
+        for rw in self.rnd.snap.running:
+            if rw.id in freed and any((p.node, a.index) in used for p in rw.placements for a in p.gpus):
+                self.claimed.add(rw.id)
+        self.add(wl, wl.name, start, placements)
+
+    def _sorted_events(self) -> list[RunningWorkload]:
+        if self._events is None:
+            self._events = sorted(
+                (rw for rw in self.rnd.snap.running if rw.expected_end is not None and not rw.preempting),
+                key=lambda rw: (rw.expected_end, rw.id),
+            )
+        return self._events
+

@@ -1,0 +1,178 @@
+"""Graceful preemption: pick the fewest, cheapest victims that free a concrete placement.
+
+Rules:
+* only when nothing else places the workload (the round tries that first) and it either
+  may_preempt or reclaims its own nominal quota from queues borrowing in its cohort;
+* victims are preemptible, of lower priority, past their minimum runtime and not preempted
+  within the cooldown; borrowers in the preemptor's cohort go first (RECLAIM_BORROWED), then
+  the least lost work (GPUs x seconds since the last checkpoint or start);
+* victims already stopping for this preemptor count as freeing capacity: if they suffice the
+  preemptor waits (WAITING_FOR_PREEMPTION) instead of preempting more;
+* the engine only emits Preempt decisions; the preemptor stays pending, its free GPUs held."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .placement import Need
+from .reasons import Miss
+from .snapshot import Change
+from .types import PendingReason, Preempt, PreemptionReason, RunningWorkload, WorkloadSpec
+
+if TYPE_CHECKING:
+    from .backfill import Hold
+    from .round import Placed, Round
+
+
+class Preemptor:
+    def __init__(self, rnd: Round) -> None:
+        self.rnd = rnd
+        self.victims: set[int] = set()  # chosen this round, never chosen twice
+        self.stopping_claimed: set[int] = set()
+        self.eligible = sorted(
+            (rw for rw in rnd.snap.running if rw.preemptible and not rw.preempting), key=lambda rw: rw.id
+        )
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def lost_work(self, rw: RunningWorkload) -> float:
+        since = rw.last_checkpoint_at if rw.last_checkpoint_at is not None else rw.started_at
+        return sum(rw.flavor_gpus.values()) * max(0.0, self.rnd.now - since)
+
+    def protected(self, rw: RunningWorkload) -> bool:
+        now = self.rnd.now
+        if now - rw.started_at < rw.min_runtime_s:
+            return True
+        cooldown = self.rnd.config.preemption_cooldown_s
+        return rw.last_preempted_at is not None and now - rw.last_preempted_at < cooldown
+
+    def _release(self, rw: RunningWorkload) -> list[Change]:
+        self.rnd.quota.add(rw.queue, rw.flavor_gpus, -1)
+        return self.rnd.cap.release(rw.placements)
+
+    def _restore(self, rw: RunningWorkload, changes: list[Change]) -> None:
+        self.rnd.cap.undo(changes, taken=False)
+        self.rnd.quota.add(rw.queue, rw.flavor_gpus, 1)
+
+    def _try(self, wl: WorkloadSpec, needs: list[Need]) -> Placed | None:
+        got = self.rnd.place(wl, needs)
+        if isinstance(got, Miss):
+            return None
+        self.rnd.cap.undo(got.changes, taken=True)
+        return got
+
+    # -- entry ----------------------------------------------------------------------------------
+    def handle(self, wl: WorkloadSpec, needs: list[Need], miss: Miss, own: Hold | None) -> Miss | None:
+        """WAITING_FOR_PREEMPTION (possibly after emitting new preemptions), or None."""
+        stopping = self._stopping_for(wl, own)
+        released = [(rw, self._release(rw)) for rw in stopping]
+        try:
+            if stopping:
+                placed = self._try(wl, needs)
+                if placed is not None:
+                    names = ", ".join(rw.name for rw in stopping)
+                    self._hold(wl, placed, released)
+                    released = []
+                    self.stopping_claimed.update(rw.id for rw in stopping)
+                    return Miss(PendingReason.WAITING_FOR_PREEMPTION,
+                                f"waiting for preempted {names} to stop and free its GPUs")
+            chosen = self._choose(wl, needs, miss)
+            if chosen is None:
+                return None
+            victims, placed = chosen
+            self._emit(wl, victims)
+            self._hold(wl, placed, released)
+            released = []
+            self.stopping_claimed.update(rw.id for rw in stopping)
+            names = ", ".join(rw.name for rw, _kind in victims)
+            return Miss(PendingReason.WAITING_FOR_PREEMPTION, f"preempting {names}; placed once their GPUs free")
+        finally:
+            for rw, changes in reversed(released):
+                self._restore(rw, changes)
+
+    def _hold(self, wl: WorkloadSpec, placed: Placed,
+              released: list[tuple[RunningWorkload, list[Change]]]) -> None:
+        # Restore the simulated releases first: the hold takes only GPUs free right now.
+        for rw, changes in reversed(released):
+            self._restore(rw, changes)
+        self.rnd.reservations.add(wl, wl.name, None, tuple(placed.placements))
+
+    def _stopping_for(self, wl: WorkloadSpec, own: Hold | None) -> list[RunningWorkload]:
+        mine = set()
+        if own is not None:
+            mine = {(p.node, a.index) for p in own.placements for a in p.gpus}
+        out = []
+        for rw in self.rnd.snap.running:
+            if not rw.preempting or rw.id in self.stopping_claimed:
+                continue
+            overlaps = any((p.node, a.index) in mine for p in rw.placements for a in p.gpus)
+            if rw.preemptor_id == wl.id or overlaps or (rw.preemptor_id is None and own is None):
+                out.append(rw)
+        return out
+
+    def _choose(self, wl: WorkloadSpec, needs: list[Need], miss: Miss
+                ) -> tuple[list[tuple[RunningWorkload, PreemptionReason]], Placed] | None:
+        request = self.rnd.flavor_demand(needs)
+        quota = self.rnd.quota
+        cohort = quota.queues[wl.queue].cohort if wl.queue in quota.queues else None
+        reclaiming = bool(cohort) and quota.within_nominal(wl.queue, request)
+        if not (wl.may_preempt or reclaiming):
+            return None
+        candidates = []
+        for rw in self.eligible:
+            if rw.id in self.victims or rw.priority >= wl.priority or self.protected(rw):
+                continue
+            if not any(f in request for f in rw.flavor_gpus):
+                continue
+            borrower = (cohort is not None and rw.queue != wl.queue
+                        and quota.queues.get(rw.queue) is not None and quota.queues[rw.queue].cohort == cohort
+                        and any(rw.borrowed.get(f, 0) > 0 for f in request))
+            if not borrower and not wl.may_preempt:
+                continue
+            kind = PreemptionReason.RECLAIM_BORROWED if borrower else PreemptionReason.PRIORITY
+            candidates.append((0 if borrower else 1, self.lost_work(rw), rw.priority, rw.id, rw, kind))
+        if not candidates:
+            return None
+        candidates.sort(key=lambda c: c[:4])
+        taken: list[tuple[RunningWorkload, PreemptionReason, list[Change]]] = []
+        placed = None
+        for *_, rw, kind in candidates:
+            taken.append((rw, kind, self._release(rw)))
+            placed = self._try(wl, needs)
+            if placed is not None:
+                break
+        if placed is None:
+            for rw, _kind, changes in reversed(taken):
+                self._restore(rw, changes)
+            return None
+        victims = self._prune(wl, needs, taken)
+        placed = self._try(wl, needs)
+        for rw, _kind, changes in reversed(victims):
+            self._restore(rw, changes)
+        assert placed is not None
+        return [(rw, kind) for rw, kind, _c in victims], placed
+
+    def _prune(self, wl: WorkloadSpec, needs: list[Need],
+               taken: list[tuple[RunningWorkload, PreemptionReason, list[Change]]]
+               ) -> list[tuple[RunningWorkload, PreemptionReason, list[Change]]]:
+        """Drop victims the placement does not need, costliest first (greedy minimal set)."""
+        keep = list(taken)
+        for item in sorted(taken[:-1], key=lambda t: -self.lost_work(t[0])):
+            rw, _kind, changes = item
+            self._restore(rw, changes)
+            if self._try(wl, needs) is not None:
+                keep.remove(item)
+            else:
+                idx = keep.index(item)
+                keep[idx] = (rw, item[1], self._release(rw))
+        return keep
+
+    def _emit(self, wl: WorkloadSpec, victims: list[tuple[RunningWorkload, PreemptionReason]]) -> None:
+        for rw, kind in victims:
+            self.victims.add(rw.id)
+            if kind == PreemptionReason.RECLAIM_BORROWED:
+                why = f"{wl.name} reclaims nominal quota of queue {wl.queue} borrowed by {rw.queue}"
+            else:
+                why = f"{wl.name} (priority {wl.priority}) needs the GPUs of {rw.name} (priority {rw.priority})"
+            self.rnd.result.preemptions.append(
+                Preempt(rw.id, wl.id, kind, f"{why}; {self.lost_work(rw):.0f} GPU-seconds since last checkpoint",
+                        self.rnd.now + rw.grace_s)
+            )

@@ -1,0 +1,263 @@
+"""One scheduling round: order the pending workloads, then admit, preempt or explain each.
+
+Phases per workload (in round order):
+1. quota and a concrete placement on the live capacity (gang: all pod sets or nothing);
+2. a job with a time limit that ends before a backfill reservation starts may use its GPUs;
+3. GPUs already being freed for it (preempting victims, carried reservations) -> wait;
+4. preemption, when allowed and nothing else places it;
+5. otherwise Pending with a reason; a gang blocked on capacity gets a backfill reservation.
+Capacity and quota usage update as the round admits, so later workloads see earlier ones."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .backfill import Reservations
+from .ordering import by_queue, round_order
+from .placement import Need, Where, need_of, place_pod_set
+from .preemption import Preemptor
+from .quota import QuotaBook
+from .reasons import Miss, explain
+from .snapshot import Capacity, Change
+from .types import (
+    Admit,
+    Pending,
+    PendingReason,
+    ReplicaPlacement,
+    RoundResult,
+    Snapshot,
+    Topology,
+    WorkloadSpec,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Tunables of a round."""
+
+    preemption_cooldown_s: float = 3600.0  # a workload preempted this recently is not preempted again
+    max_reservations: int = 16  # backfill reservations made per round (Slurm's bf_max_job_test idea)
+    reservation_search_limit: int = 256  # running workloads released while searching a start time
+    node_topology_candidates: int = 64  # nodes tried for a topology=node (required) workload
+
+
+@dataclass(slots=True)
+class Placed:
+    placements: list[ReplicaPlacement]
+    changes: list[Change]
+    request: dict[str, int]
+    borrowed: dict[str, int]
+
+
+class Round:
+    """State of one round; schedule() is the entry point."""
+
+    def __init__(self, snapshot: Snapshot, config: SchedulerConfig) -> None:
+        self.snap = snapshot
+        self.config = config
+        self.now = snapshot.now
+        self.cap = Capacity(snapshot.nodes)
+        self.quota = QuotaBook(snapshot.queues)
+        self.result = RoundResult()
+        self.reservations = Reservations(self)
+        self.preemptor = Preemptor(self)
+        # GPUs still wanted by blocked non-opportunistic workloads, per flavor: opportunistic
+        # jobs may only take what is left over.
+        self.wanted: dict[str, int] = {}
+
+    # -- entry ----------------------------------------------------------------------------------
+    def run(self) -> RoundResult:
+        self.reservations.hold_carried()
+        queues = by_queue(self.snap.pending)
+        pending: dict[int, tuple[PendingReason, str, float | None]] = {}
+        for wl in round_order(queues, self.quota.share):
+            miss = self.consider(wl)
+            if miss is not None:
+                pending[wl.id] = (miss.reason, miss.message, self.reservations.start_of(wl.id))
+        for name in sorted(queues):
+            position = 0
+            for wl in queues[name]:
+                if wl.id in pending:
+                    position += 1
+                    reason, message, start = pending[wl.id]
+                    self.result.pending.append(Pending(wl.id, reason, message, position, start))
+        self.result.reservations.update(self.reservations.export())
+        return self.result
+
+    def consider(self, wl: WorkloadSpec) -> Miss | None:
+        """Admit `wl` or return why it stays pending."""
+        needs = [need_of(ps) for ps in wl.pod_sets]
+        if not needs:
+            return Miss(PendingReason.INSUFFICIENT_CAPACITY, "workload has no pod sets")
+        own = self.reservations.release_own(wl.id)
+        got = self.place(wl, needs)
+        if isinstance(got, Placed) and wl.priority < 0 and not self.idle_enough(got.request):
+            self.cap.undo(got.changes, taken=True)
+            got = Miss(PendingReason.OPPORTUNISTIC_NO_IDLE,
+                       "opportunistic: runs only on GPUs no other pending workload wants this round")
+        if isinstance(got, Miss) and wl.time_limit_s is not None and got.is_capacity and wl.priority >= 0:
+            got = self.reservations.backfill(wl, needs, got)
+        if isinstance(got, Placed):
+            self.admit(wl, got)
+            return None
+        miss = got
+        if miss.is_capacity or miss.reason in (PendingReason.QUOTA_EXCEEDED, PendingReason.BORROWING_LIMIT):
+            waited = self.preemptor.handle(wl, needs, miss, own)
+            if waited is not None:
+                return waited
+        if miss.is_capacity and wl.priority >= 0:
+            miss = self.reservations.explain_reserved(wl, needs, miss)
+            if miss.reason != PendingReason.RESERVED_FOR_HIGHER_PRIORITY:
+                self.reservations.reserve(wl, needs, miss)
+            for flavor, gpus in self.flavor_demand(needs).items():
+                self.wanted[flavor] = self.wanted.get(flavor, 0) + gpus
+        return miss
+
+    def admit(self, wl: WorkloadSpec, placed: Placed) -> None:
+        self.quota.add(wl.queue, placed.request)
+        self.result.admitted.append(Admit(wl.id, tuple(placed.placements), dict(placed.borrowed)))
+
+    # -- placement with quota -------------------------------------------------------------------
+    def place(self, wl: WorkloadSpec, needs: list[Need]) -> Placed | Miss:
+        """Quota plus a concrete placement for every pod set; on failure nothing stays taken."""
+        if wl.topology == Topology.RACK and wl.topology_required and not self._whole_node_gang(needs):
+            return self._place_in_one(wl, needs, self._racks_for(needs), "rack")
+        if wl.topology == Topology.NODE and wl.topology_required and sum(n.replicas for n in needs) > 1:
+            return self._place_in_one(wl, needs, self._nodes_for(needs), "node")
+        where = Where(rack_required=wl.topology == Topology.RACK and wl.topology_required)
+        return self.place_where(wl, needs, where)
+
+    def place_where(self, wl: WorkloadSpec, needs: list[Need], where: Where) -> Placed | Miss:
+        changes: list[Change] = []
+        request: dict[str, int] = {}
+        placements: list[ReplicaPlacement] = []
+        for need in needs:
+            got = self._place_need(wl, need, where, request, changes)
+            if isinstance(got, Miss):
+                self.cap.undo(changes, taken=True)
+                return got
+            placements.extend(got)
+        verdict = self.quota.check(wl.queue, request)
+        return Placed(placements, changes, request, verdict.borrowed)
+
+    def _place_need(self, wl: WorkloadSpec, need: Need, base: Where, request: dict[str, int],
+                    changes: list[Change]) -> list[ReplicaPlacement] | Miss:
+        flavors = self.flavor_order(need)
+        if not flavors:
+            return self._no_flavor(need)
+        where = Where(frozenset(need.spec.accepted_products), base.rack, base.node, base.rack_required)
+        miss: Miss | None = None
+        for flavor in flavors:
+            req = dict(request)
+            req[flavor] = req.get(flavor, 0) + need.quota_gpus
+            verdict = self.quota.check(wl.queue, req)
+            if not verdict.ok:
+                assert verdict.reason is not None
+                miss = miss or Miss(verdict.reason, verdict.message)
+                continue
+            fx = self.cap.flavors[flavor]
+            sub: list[Change] = []
+            got = place_pod_set(self.cap, fx, need, where, sub) if self._may_fit(fx, need) else None
+            if got is None:
+                self.cap.undo(sub, taken=True)
+                if miss is None or not miss.is_capacity:
+                    miss = explain(self.cap, fx, need, where)
+                continue
+            changes.extend(sub)
+            request.clear()
+            request.update(req)
+            return got
+        assert miss is not None
+        return miss
+
+    @staticmethod
+    def _may_fit(fx, need: Need) -> bool:
+        """Counter checks that reject most hopeless requests without touching a node."""
+        if need.kind == "whole":
+            if need.is_multi_node(fx):
+                return fx.fully_free_nodes >= need.replicas
+            return fx.free_whole >= need.replicas * need.gpus and fx.max_whole_on_node() >= need.gpus
+        if need.kind == "share":
+            return bool(fx.shares) and fx.shares[-1][0] >= need.milli
+        return bool(fx.mig_gpus)
+
+    def flavor_order(self, need: Need) -> list[str]:
+        """Flavors a pod set may use: its own, or for 'any' the one with most fully free nodes first."""
+        products = set(need.spec.accepted_products)
+        if need.spec.flavor is not None:
+            fx = self.cap.flavors.get(need.spec.flavor)
+            if fx is None or (products and fx.products and not (products & fx.products)):
+                return []
+            return [need.spec.flavor]
+        names = [f for f, fx in self.cap.flavors.items() if not products or not fx.products or products & fx.products]
+        return sorted(names, key=lambda f: (-self.cap.flavors[f].fully_free_nodes, f))
+
+    def _no_flavor(self, need: Need) -> Miss:
+        ps = need.spec
+        if ps.flavor is not None and ps.flavor not in self.cap.flavors:
+            return Miss(PendingReason.FLAVOR_UNAVAILABLE, f"pod set {ps.name}: no node has flavor {ps.flavor}")
+        wanted = ", ".join(ps.accepted_products) or "any"
+        return Miss(PendingReason.FLAVOR_UNAVAILABLE,
+                    f"pod set {ps.name}: no node offers an accepted product ({wanted})")
+
+    def _whole_node_gang(self, needs: list[Need]) -> bool:
+        """One pod set of whole-node replicas: pick_whole_nodes honours the rack rule itself."""
+        if len(needs) != 1:
+            return False
+        flavors = self.flavor_order(needs[0])
+        return bool(flavors) and all(needs[0].is_multi_node(self.cap.flavors[f]) for f in flavors)
+
+    def _place_in_one(self, wl: WorkloadSpec, needs: list[Need], candidates: list[Where], level: str
+                      ) -> Placed | Miss:
+        """Topology required for a mixed gang: try each rack (or node), tightest first."""
+        first: Miss | None = None
+        for where in candidates:
+            got = self.place_where(wl, needs, where)
+            if isinstance(got, Placed):
+                return got
+            if not got.is_capacity:
+                return got
+            first = first or got
+        total = sum(n.quota_gpus for n in needs)
+        best = ""
+        if candidates:
+            best = f"; tightest {level} tried first, none of {len(candidates)} holds it"
+        return Miss(PendingReason.NO_TOPOLOGY_FIT,
+                    f"needs its {total} GPUs in one {level} (required){best}"
+                    + (f" ({first.message})" if first else ""))
+
+    def _racks_for(self, needs: list[Need]) -> list[Where]:
+        total = sum(n.replicas * n.gpus for n in needs)
+        free: dict[str, int] = {}
+        for fx in self.cap.flavors.values():
+            for rack, ranks in fx.rack_nodes.items():
+                free[rack] = free.get(rack, 0) + sum(self.cap.nodes[r].whole for r in ranks)
+        order = sorted((f, r) for r, f in free.items() if f >= total)
+        return [Where(rack=r) for _f, r in order]
+
+    def _nodes_for(self, needs: list[Need]) -> list[Where]:
+        total = sum(n.replicas * n.gpus for n in needs)
+        nodes = [n for n in self.cap.nodes if n.schedulable and n.whole >= total]
+        nodes.sort(key=lambda n: (n.whole, n.rank))
+        return [Where(node=n) for n in nodes[: self.config.node_topology_candidates]]
+
+    # -- opportunistic ----------------------------------------------------------------------------
+    def flavor_demand(self, needs: list[Need]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for need in needs:
+            flavors = self.flavor_order(need)
+            if flavors:
+                out[flavors[0]] = out.get(flavors[0], 0) + need.quota_gpus
+        return out
+
+    def idle_enough(self, request: dict[str, int]) -> bool:
+        """After taking `request`, the flavor still has the GPUs blocked workloads want."""
+        for flavor, _gpus in request.items():
+            fx = self.cap.flavors.get(flavor)
+            if fx is None or fx.free_whole < self.wanted.get(flavor, 0):
+                return False
+        return True
+
+
+def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> RoundResult:
+    """Run one scheduling round over `snapshot` (never mutated) and return the decisions."""
+    return Round(snapshot, config or SchedulerConfig()).run()
