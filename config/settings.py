@@ -181,6 +181,18 @@ FLEETDECK = {
     "QUOTA_OVERSUBSCRIPTION_MAX": float(env_str("QUOTA_OVERSUBSCRIPTION_MAX", "1.0")),
     "NODE_STALE_SECONDS": env_int("NODE_STALE_SECONDS", 120),
 }
+# Every PLACEMENT_ROUND_SECONDS (2 s): a placement round, and a simulated-executor tick (progress,
+# checkpoints, completions, preemption deadlines). Submissions and finishes also trigger a round.
+CELERY_BEAT_SCHEDULE["placement_round"] = {
+    "task": "scheduling.placement_round",
+    "schedule": float(FLEETDECK["PLACEMENT_ROUND_SECONDS"]),
+    "options": {"expires": float(FLEETDECK["PLACEMENT_ROUND_SECONDS"])},
+}
+CELERY_BEAT_SCHEDULE["executor_tick"] = {
+    "task": "scheduling.executor_tick",
+    "schedule": float(FLEETDECK["PLACEMENT_ROUND_SECONDS"]),
+    "options": {"expires": float(FLEETDECK["PLACEMENT_ROUND_SECONDS"])},
+}
 
 LOGGING = {
     "version": 1,

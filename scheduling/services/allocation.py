@@ -1,0 +1,154 @@
+"""The one place that creates and releases Allocation rows.
+
+Invariants kept here, under row locks, so that concurrent rounds cannot break them:
+an exclusive GPU has at most one active allocation (also a partial unique index), shared
+allocations on a GPU never add up to more than 1000 milli, a MIG instance has one holder,
+and nothing new lands on a node that is not ready or a GPU that is unhealthy.
+
+Lock order, to rule out deadlocks with other writers: Node rows, then Gpu rows, each in
+primary-key order."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection
+
+from fleet.choices import GpuHealth, NodeState
+from fleet.models import Gpu, Node
+from scheduling.models import Allocation
+
+CHUNK = 5000  # keeps IN (...) lists well under PostgreSQL's 65535 bind parameters
+
+
+@dataclass(frozen=True)
+class AllocationRow:
+    pod_set_id: int
+    replica: int
+    gpu_id: int
+    node_id: int
+    exclusive: bool
+    milli: int
+    mig_instance: str = ""
+
+
+@dataclass(frozen=True)
+class GangClaim:
+    """Everything one workload needs, granted entirely or not at all."""
+
+    workload_id: int
+    rows: tuple[AllocationRow, ...]
+
+
+@dataclass
+class _GpuState:
+    usable: bool
+    exclusive_held: bool = False
+    milli_used: int = 0
+    holders: int = 0
+    mig_used: set[str] | None = None
+
+
+def chunked(items: Sequence, size: int = CHUNK) -> Iterator[Sequence]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _lock_rows(model, pks: Iterable[int]) -> None:
+    """SELECT ... FOR UPDATE in pk order (a no-op on SQLite, whose writer lock is the whole DB)."""
+    ordered = sorted(set(pks))
+    if connection.vendor != "postgresql":
+        return
+    for part in chunked(ordered):
+        list(model.objects.filter(pk__in=part).order_by("pk").select_for_update().values_list("pk", flat=True))
+
+
+def _gpu_states(gpu_ids: list[int], node_ids: list[int]) -> dict[int, _GpuState]:
+    ready = set()
+    for part in chunked(node_ids):
+        ready.update(Node.objects.filter(pk__in=part, state=NodeState.READY).values_list("pk", flat=True))
+    states: dict[int, _GpuState] = {}
+    for part in chunked(gpu_ids):
+        for pk, node_id, health in Gpu.objects.filter(pk__in=part).values_list("pk", "node_id", "health"):
+            states[pk] = _GpuState(usable=node_id in ready and health != GpuHealth.UNHEALTHY)
+        held = Allocation.objects.filter(gpu_id__in=part, released_at__isnull=True)
+        for gpu_id, exclusive, milli, mig in held.values_list("gpu_id", "exclusive", "milli", "mig_instance"):
+            state = states[gpu_id]
+            state.holders += 1
+            state.exclusive_held |= exclusive
+            state.milli_used += milli
+            if mig:
+                state.mig_used = (state.mig_used or set()) | {mig}
+    return states
+
+
+def _fits(rows: Sequence[AllocationRow], states: dict[int, _GpuState]) -> bool:
+    extra: dict[int, int] = defaultdict(int)
+    for row in rows:
+        state = states.get(row.gpu_id)
+        if state is None or not state.usable or state.exclusive_held:
+            return False
+        if row.exclusive and (state.holders or extra[row.gpu_id]):
+            return False
+        if row.mig_instance and row.mig_instance in (state.mig_used or ()):
+            return False
+        extra[row.gpu_id] += row.milli
+        if state.milli_used + extra[row.gpu_id] > 1000:
+            return False
+    return True
+
+
+def _take(rows: Sequence[AllocationRow], states: dict[int, _GpuState]) -> None:
+    for row in rows:
+        state = states[row.gpu_id]
+        state.holders += 1
+        state.milli_used += row.milli
+        state.exclusive_held |= row.exclusive
+        if row.mig_instance:
+            state.mig_used = (state.mig_used or set()) | {row.mig_instance}
+
+
+def allocations_claim(*, claims: Sequence[GangClaim]) -> tuple[list[int], list[int]]:
+    """Create the allocations of every gang whose GPUs are all still free; drop the others whole.
+
+    Must run inside the caller's transaction.atomic(): the row locks last until it commits.
+    Claims are granted in the given order (the round's admission order). Returns the ids of
+    the placed and of the dropped workloads."""
+    gpu_ids = sorted({row.gpu_id for claim in claims for row in claim.rows})
+    node_ids = sorted({row.node_id for claim in claims for row in claim.rows})
+    _lock_rows(Node, node_ids)
+    _lock_rows(Gpu, gpu_ids)
+    states = _gpu_states(gpu_ids, node_ids)
+    placed, dropped, new_rows = [], [], []
+    for claim in claims:
+        if not claim.rows or not _fits(claim.rows, states):
+            dropped.append(claim.workload_id)
+            continue
+        _take(claim.rows, states)
+        placed.append(claim.workload_id)
+        new_rows.extend(
+            Allocation(
+                workload_id=claim.workload_id,
+                pod_set_id=row.pod_set_id,
+                replica=row.replica,
+                gpu_id=row.gpu_id,
+                node_id=row.node_id,
+                exclusive=row.exclusive,
+                milli=row.milli,
+                mig_instance=row.mig_instance,
+            )
+            for row in claim.rows
+        )
+    Allocation.objects.bulk_create(new_rows, batch_size=2000)
+    return placed, dropped
+
+
+def allocations_release(*, workload_ids: Iterable[int], now: datetime) -> int:
+    """Release every active allocation of these workloads; returns how many were released."""
+    released = 0
+    for part in chunked(sorted(set(workload_ids))):
+        released += Allocation.objects.filter(workload_id__in=part, released_at__isnull=True).update(released_at=now)
+    return released

@@ -1,0 +1,235 @@
+"""Driving executors: starting admitted gangs and applying what executors report.
+
+`executor_tick` runs periodically (Celery beat) and after every round: it starts admitted
+workloads that no executor has started yet, polls every executor, records progress and
+checkpoints, finishes completed jobs, ends graceful stops, and enforces preemption deadlines
+and time limits. It reads timestamps only, so late or repeated ticks are harmless."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from core.actors import Actor
+from scheduling.choices import ACTIVE_STATES, WorkloadState
+from scheduling.executors import ExecutorReport, ReplicaAssignment, StopRequest, executor_for_kind
+from scheduling.models import Allocation, Preemption, Workload
+
+from .allocation import chunked
+from .bulk import rows_update
+from .transitions import transitions_record_bulk, workload_transition
+from .workloads import workload_finish, workload_heartbeat, workload_preemption_finish, workload_stop_gang
+
+log = logging.getLogger(__name__)
+EXECUTOR_ACTOR = Actor.automation("executor")
+
+
+@dataclass
+class TickSummary:
+    started: int = 0
+    progressed: int = 0
+    finished: int = 0
+    preemptions_done: int = 0
+    hard_stops: int = 0
+    time_limited: int = 0
+
+
+def _assignments(workload_ids: list[int]) -> tuple[dict[int, list[ReplicaAssignment]], dict[int, str]]:
+    gpus: dict[int, dict[tuple[str, int, str], list[tuple[int, int, str]]]] = defaultdict(lambda: defaultdict(list))
+    kinds: dict[int, str] = {}
+    for part in chunked(workload_ids):
+        rows = Allocation.objects.filter(workload_id__in=part, released_at__isnull=True).values_list(
+            "workload_id",
+            "pod_set__name",
+            "replica",
+            "node__name",
+            "node__executor",
+            "gpu__index",
+            "milli",
+            "mig_instance",
+        )
+        for wid, ps, replica, node, kind, index, milli, mig in rows:
+            gpus[wid][(ps, replica, node)].append((index, milli, mig))
+            kinds.setdefault(wid, kind)
+    out = {
+        wid: [
+            ReplicaAssignment(
+                pod_set=ps,
+                replica=r,
+                node=node,
+                gpus=tuple(sorted(i for i, _, _ in g)),
+                milli=g[0][1],
+                mig_instances=tuple(m for _, _, m in g if m),
+            )
+            for (ps, r, node), g in sorted(by_replica.items())
+        ]
+        for wid, by_replica in gpus.items()
+    }
+    return out, kinds
+
+
+def workloads_start(
+    *, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None, workload_ids: list[int] | None = None
+) -> int:
+    """Hand admitted, not yet started workloads to their node pool's executor.
+
+    Executors whose start means running (the simulated one) move them to running at once;
+    the others report `running` from poll(). Returns how many were started."""
+    now = now or timezone.now()
+    waiting = Workload.objects.filter(state=WorkloadState.ADMITTED, executor="")
+    if workload_ids is None:
+        workloads = list(waiting)
+    else:
+        workloads = [w for part in chunked(sorted(workload_ids)) for w in waiting.filter(pk__in=part)]
+    if not workloads:
+        return 0
+    assignments, kinds = _assignments([w.pk for w in workloads])
+    by_kind: dict[str, list[Workload]] = defaultdict(list)
+    for w in workloads:
+        if w.pk in kinds:
+            by_kind[kinds[w.pk]].append(w)
+    started = 0
+    for kind, group in by_kind.items():
+        started += _start_group(kind, group, assignments, actor, now)
+    return started
+
+
+def _start_group(kind: str, group: list[Workload], assignments, actor: Actor, now: datetime) -> int:
+    try:
+        executor = executor_for_kind(kind)
+    except LookupError:
+        log.error("no executor %r: %d admitted workloads wait for it", kind, len(group))
+        return 0
+    job_ids: dict[int, tuple] = {}
+    for w in group:
+        try:
+            job_ids[w.pk] = (kind, executor.start(w, assignments.get(w.pk, [])) or "")
+        except Exception:
+            log.exception("executor %s could not start workload %s; the next tick retries", kind, w.pk)
+    with transaction.atomic():
+        # Row locks (PostgreSQL) make the claim below exact when a tick and a round race.
+        ids: list[int] = []
+        for part in chunked(list(job_ids)):
+            claimable = Workload.objects.filter(pk__in=part, state=WorkloadState.ADMITTED, executor="")
+            ids.extend(claimable.select_for_update().values_list("pk", flat=True))
+        rows_update(model=Workload, fields=["executor", "executor_job_id"], rows={pk: job_ids[pk] for pk in ids})
+        if executor.starts_running:
+            for part in chunked(ids):
+                Workload.objects.filter(pk__in=part, state=WorkloadState.ADMITTED).update(
+                    state=WorkloadState.RUNNING, started_at=now, last_progress_at=now
+                )
+            transitions_record_bulk(
+                changes=[(pk, WorkloadState.ADMITTED) for pk in ids],
+                to_state=WorkloadState.RUNNING,
+                reason=f"started by the {kind} executor",
+                actor=actor,
+            )
+    return len(ids)
+
+
+def _open_stops() -> dict[int, StopRequest]:
+    rows = Preemption.objects.filter(completed_at__isnull=True, victim__state=WorkloadState.PREEMPTING)
+    return {
+        victim: StopRequest(requested_at=at, deadline=deadline)
+        for victim, at, deadline in rows.values_list("victim_id", "requested_at", "deadline")
+    }
+
+
+def executor_tick(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None) -> TickSummary:
+    """One pass of the execution loop (see the module docstring)."""
+    now = now or timezone.now()
+    summary = TickSummary(started=workloads_start(actor=actor, now=now))
+    stops = _open_stops()
+    active = list(Workload.objects.filter(state__in=ACTIVE_STATES).exclude(executor=""))
+    by_kind: dict[str, list[Workload]] = defaultdict(list)
+    for w in active:
+        by_kind[w.executor].append(w)
+    for kind, group in by_kind.items():
+        try:
+            reports = executor_for_kind(kind).poll(group, now, {w.pk: stops[w.pk] for w in group if w.pk in stops})
+        except Exception:
+            log.exception("executor %s poll failed", kind)
+            continue
+        workloads = {w.pk: w for w in group}
+        for report in reports:
+            if report.workload_id in workloads:
+                _apply(report, workloads[report.workload_id], actor, now, summary)
+    summary.hard_stops = preemption_deadlines_enforce(actor=actor, now=now)
+    summary.time_limited = time_limits_enforce(actor=actor, now=now)
+    return summary
+
+
+def _apply(report: ExecutorReport, workload: Workload, actor: Actor, now: datetime, summary: TickSummary) -> None:
+    if report.stopped:
+        checkpoint = (report.checkpoint_at, report.checkpoint_step or 0) if report.checkpoint_at else None
+        if workload_preemption_finish(
+            workload=workload, actor=actor, now=now, hard=False, checkpoint=checkpoint
+        ).stopped:
+            summary.preemptions_done += 1
+        return
+    if report.finished:
+        if workload_finish(
+            workload=workload,
+            succeeded=report.finished == "succeeded",
+            reason=report.message or f"job {report.finished}",
+            actor=actor,
+            now=now,
+            step=report.step,
+        ):
+            summary.finished += 1
+        return
+    if report.running and workload.state == WorkloadState.ADMITTED:
+        workload_transition(
+            workload=workload,
+            to_state=WorkloadState.RUNNING,
+            from_states=[WorkloadState.ADMITTED],
+            reason=f"started by the {workload.executor} executor",
+            actor=actor,
+            started_at=now,
+            last_progress_at=now,
+        )
+    if report.step is not None and workload.state != WorkloadState.ADMITTED:
+        if report.checkpoint_at is not None or report.step != workload.progress_step:
+            workload_heartbeat(
+                workload=workload, step=report.step, checkpoint_at=report.checkpoint_at, actor=actor, now=now
+            )
+            summary.progressed += 1
+
+
+def preemption_deadlines_enforce(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None) -> int:
+    """Victims still holding GPUs after their grace period are stopped hard and requeued."""
+    now = now or timezone.now()
+    overdue = Preemption.objects.filter(
+        completed_at__isnull=True, deadline__lte=now, victim__state=WorkloadState.PREEMPTING
+    ).select_related("victim")
+    stopped = 0
+    for preemption in overdue:
+        if workload_preemption_finish(workload=preemption.victim, actor=actor, now=now, hard=True).stopped:
+            stopped += 1
+    return stopped
+
+
+def time_limits_enforce(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None) -> int:
+    """Running workloads past their time limit are stopped and failed (not requeued)."""
+    now = now or timezone.now()
+    stopped = 0
+    candidates = Workload.objects.filter(
+        state=WorkloadState.RUNNING, time_limit_seconds__isnull=False, started_at__isnull=False
+    )
+    for w in candidates.only("pk", "started_at", "time_limit_seconds"):
+        if w.started_at + timedelta(seconds=w.time_limit_seconds) <= now:
+            outcome = workload_stop_gang(
+                workload=w,
+                reason=f"time limit of {w.time_limit_seconds} s reached",
+                actor=actor,
+                grace_seconds=0,
+                requeue=False,
+                now=now,
+            )
+            stopped += outcome.stopped
+    return stopped

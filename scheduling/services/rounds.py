@@ -1,0 +1,278 @@
+"""The placement round: load a snapshot, let the pure engine decide, commit atomically.
+
+Phases (each one's duration is logged and kept on the PlacementRound row):
+1. load: the whole state in a fixed number of queries (scheduling.selectors.snapshot_load);
+2. compute: scheduling.engine.schedule(snapshot), no database access;
+3. commit: ONE transaction. It takes the round lock (an advisory lock on PostgreSQL, the
+   SchedulerLock row everywhere), claims the admitted workloads with a conditional UPDATE and
+   re-checks their GPUs under row locks (allocation.allocations_claim): a decision whose GPUs
+   were taken meanwhile is dropped whole, the workload stays pending. Preemptions start here
+   (victim → preempting, Preemption row with the grace deadline) and reservations are saved;
+4. follow-up, after commit: pending reasons and positions are written, admitted gangs are
+   handed to their executors, victims are asked to stop gracefully (on commit), and victims
+   past their deadline are stopped hard and requeued; their GPUs go to the preemptor next round.
+
+A crash anywhere before phase 3 commits leaves nothing behind; phase 4 is idempotent and
+also runs in every executor tick."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from django.db import connection, transaction
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from core.actors import Actor
+from core.audit import audit_record
+from scheduling.choices import WorkloadState
+from scheduling.engine import schedule
+from scheduling.engine.types import Admit, RoundResult
+from scheduling.models import PlacementRound, SchedulerLock, Workload
+from scheduling.selectors import SnapshotIndex, placements_to_json, snapshot_load
+
+from .allocation import AllocationRow, GangClaim, allocations_claim, chunked
+from .bulk import rows_update
+from .transitions import WAITING, transitions_record_bulk
+from .workloads import workload_preempt
+
+log = logging.getLogger(__name__)
+ROUND_LOCK = "placement-round"
+# Any constant works; it only has to be the same in every process.
+ADVISORY_KEY = 0x46_4C_45_45_54  # "FLEET"
+
+
+@dataclass
+class RoundReport:
+    """What a round decided and did; `decisions` is printed by `manage.py placement_round`."""
+
+    round: PlacementRound | None
+    skipped: bool = False
+    admitted: list[tuple[int, str, list[dict]]] = field(default_factory=list)  # id, name, placements
+    dropped: list[int] = field(default_factory=list)
+    preempted: list[tuple[int, int, str]] = field(default_factory=list)  # victim, preemptor, reason
+    pending: int = 0
+    stopped_hard: int = 0
+    result: RoundResult | None = None
+
+
+def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundReport:
+    """Run one placement round (see the module docstring). Safe to run concurrently: exactly
+    one round commits at a time and a late one re-checks everything it claims."""
+    now = now or timezone.now()
+    t0 = time.perf_counter()
+    snapshot, index = snapshot_load(now=now)  # phase 1
+    t1 = time.perf_counter()
+    result = schedule(snapshot)  # phase 2
+    t2 = time.perf_counter()
+    report = round_commit(result=result, index=index, actor=actor, now=now)  # phase 3
+    t3 = time.perf_counter()
+    if not report.skipped:
+        report.stopped_hard = _follow_up(report, result, actor, now)  # phase 4
+    t4 = time.perf_counter()
+    timings = {
+        "load_ms": (t1 - t0) * 1e3,
+        "compute_ms": (t2 - t1) * 1e3,
+        "commit_ms": (t3 - t2) * 1e3,
+        "followup_ms": (t4 - t3) * 1e3,
+        "total_ms": (t4 - t0) * 1e3,
+    }
+    report.round = PlacementRound.objects.create(
+        started_at=now,
+        actor=actor.label,
+        skipped=report.skipped,
+        pending=report.pending,
+        admitted=len(report.admitted),
+        dropped=len(report.dropped),
+        preempted=len(report.preempted),
+        stopped_hard=report.stopped_hard,
+        **timings,
+    )
+    log.info(
+        "placement round: %s admitted, %s dropped, %s preempted, %s pending%s; load %.1f ms, compute %.1f ms, "
+        "commit %.1f ms, follow-up %.1f ms",
+        len(report.admitted),
+        len(report.dropped),
+        len(report.preempted),
+        report.pending,
+        " (skipped: another round was committing)" if report.skipped else "",
+        timings["load_ms"],
+        timings["compute_ms"],
+        timings["commit_ms"],
+        timings["followup_ms"],
+    )
+    return report
+
+
+def _take_round_lock(actor: Actor, now: datetime) -> bool:
+    """Inside the commit transaction: False when another round holds it (this one then skips;
+    its snapshot is stale anyway and the next round starts from the other's commit)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [ADVISORY_KEY])
+            if not cursor.fetchone()[0]:
+                return False
+    # On SQLite this write takes the database's single writer lock for the whole transaction.
+    if not SchedulerLock.objects.filter(name=ROUND_LOCK).update(holder=actor.label, acquired_at=now):
+        SchedulerLock.objects.create(name=ROUND_LOCK, holder=actor.label, acquired_at=now)
+    return True
+
+
+def _claims(admitted: list[Admit], index: SnapshotIndex, waiting: dict[int, str]) -> tuple[list[GangClaim], list[int]]:
+    claims, stale = [], []
+    for admit in admitted:
+        if admit.workload_id not in waiting:
+            stale.append(admit.workload_id)
+            continue
+        pod_sets = index.pod_sets.get(admit.workload_id, {})
+        rows = []
+        for p in admit.placements:
+            ps_id, sharing = pod_sets[p.pod_set]
+            node_id = index.node_ids[p.node]
+            for g in p.gpus:
+                rows.append(
+                    AllocationRow(
+                        pod_set_id=ps_id,
+                        replica=p.replica,
+                        gpu_id=index.gpu_ids[(p.node, g.index)],
+                        node_id=node_id,
+                        exclusive=sharing == "exclusive",
+                        milli=g.milli,
+                        mig_instance=g.mig_instance or "",
+                    )
+                )
+        claims.append(GangClaim(workload_id=admit.workload_id, rows=tuple(rows)))
+    return claims, stale
+
+
+def round_commit(*, result: RoundResult, index: SnapshotIndex, actor: Actor, now: datetime) -> RoundReport:
+    """Phase 3: apply a round's decisions in one transaction, or nothing at all."""
+    report = RoundReport(round=None, result=result, pending=len(result.pending))
+    with transaction.atomic():
+        if not _take_round_lock(actor, now):
+            report.skipped = True
+            return report
+        ids = [a.workload_id for a in result.admitted]
+        waiting: dict[int, str] = {}
+        for part in chunked(ids):
+            claimable = Workload.objects.filter(pk__in=part, state__in=WAITING).select_for_update()
+            waiting.update(claimable.values_list("pk", "state"))
+        claims, stale = _claims(result.admitted, index, waiting)
+        placed, dropped = allocations_claim(claims=claims)
+        _mark_admitted(placed, waiting, result, actor, now)
+        report.dropped = stale + dropped
+        by_id = {a.workload_id: a for a in result.admitted}
+        report.admitted = [(wid, "", placements_to_json(by_id[wid].placements)) for wid in placed]
+        report.preempted = _start_preemptions(result, actor, now)
+        _save_reservations(result, placed)
+        audit_target = SchedulerLock.objects.get(name=ROUND_LOCK)
+        audit_record(
+            actor=actor,
+            verb="scheduling.round",
+            target=audit_target,
+            after={
+                "admitted": len(placed),
+                "dropped": len(report.dropped),
+                "preempted": len(report.preempted),
+                "pending": report.pending,
+            },
+        )
+    if dropped:
+        log.warning("placement round dropped %d admissions whose GPUs were taken meanwhile", len(dropped))
+    return report
+
+
+def _mark_admitted(
+    placed: list[int], waiting: dict[int, str], result: RoundResult, actor: Actor, now: datetime
+) -> None:
+    if not placed:
+        return
+    wait = ExpressionWrapper(
+        Value(now, output_field=DateTimeField()) - Coalesce(F("queued_at"), F("submitted_at")),
+        output_field=DurationField(),
+    )
+    for part in chunked(placed):
+        Workload.objects.filter(pk__in=part).update(
+            state=WorkloadState.ADMITTED,
+            admitted_at=now,
+            time_to_bind=wait,
+            pending_reason="",
+            pending_message="",
+            queue_position=None,
+            reserved_placements=[],
+            borrowed={},
+        )
+    borrowers = {a.workload_id: a.borrowed for a in result.admitted if a.borrowed and a.workload_id in set(placed)}
+    for wid, borrowed in borrowers.items():
+        Workload.objects.filter(pk=wid).update(borrowed=borrowed)
+    transitions_record_bulk(
+        changes=[(wid, waiting[wid]) for wid in placed],
+        to_state=WorkloadState.ADMITTED,
+        reason="placed by the placement round",
+        actor=actor,
+    )
+
+
+def _start_preemptions(result: RoundResult, actor: Actor, now: datetime) -> list[tuple[int, int, str]]:
+    started = []
+    for p in result.preemptions:
+        victim = Workload.objects.select_for_update().filter(pk=p.victim_id).first()
+        preemptor = Workload.objects.filter(pk=p.preemptor_id, state__in=WAITING).first()
+        if victim is None or preemptor is None:
+            continue
+        deadline = datetime.fromtimestamp(p.grace_deadline, tz=UTC)
+        if workload_preempt(
+            victim=victim,
+            preemptor=preemptor,
+            reason=str(p.reason),
+            message=p.message,
+            deadline=deadline,
+            actor=actor,
+            now=now,
+        ):
+            started.append((p.victim_id, p.preemptor_id, str(p.reason)))
+    return started
+
+
+def _save_reservations(result: RoundResult, placed: list[int]) -> None:
+    """Carry the engine's reservations to the next round; drop those no longer wanted."""
+    keep = {wid: r for wid, r in result.reservations.items() if wid not in set(placed)}
+    stale = Workload.objects.filter(state__in=WAITING).exclude(reserved_placements=[]).exclude(pk__in=list(keep))
+    stale.update(reserved_placements=[])
+    for wid, placements in keep.items():
+        Workload.objects.filter(pk=wid, state__in=WAITING).update(reserved_placements=placements_to_json(placements))
+
+
+def pending_info_save(result: RoundResult) -> int:
+    """Write each still-waiting workload's reason, message and position (only rows that changed)."""
+    wanted = {p.workload_id: (str(p.reason), p.message, p.position) for p in result.pending}
+    if not wanted:
+        return 0
+    current = {}
+    for part in chunked(list(wanted)):
+        rows = Workload.objects.filter(pk__in=part, state__in=WAITING).values_list(
+            "pk", "pending_reason", "pending_message", "queue_position"
+        )
+        current.update({pk: (reason, message, pos) for pk, reason, message, pos in rows})
+    changed = {pk: values for pk, values in wanted.items() if pk in current and current[pk] != values}
+    with transaction.atomic():
+        return rows_update(
+            model=Workload,
+            fields=["pending_reason", "pending_message", "queue_position"],
+            rows=changed,
+            extra_where="t.state IN ('pending', 'requeued')",
+        )
+
+
+def _follow_up(report: RoundReport, result: RoundResult, actor: Actor, now: datetime) -> int:
+    from .execution import preemption_deadlines_enforce, workloads_start
+
+    pending_info_save(result)
+    names = dict(Workload.objects.filter(pk__in=[a[0] for a in report.admitted][:5000]).values_list("pk", "name"))
+    report.admitted = [(wid, names.get(wid, ""), placements) for wid, _, placements in report.admitted]
+    workloads_start(actor=Actor.automation("executor"), now=now, workload_ids=[a[0] for a in report.admitted])
+    return preemption_deadlines_enforce(actor=actor, now=now)

@@ -1,0 +1,259 @@
+"""Reading a submitted workload spec: every error names its field and says what is wrong."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db.models import Count
+
+from fleet.models import GpuFlavor, Node
+from scheduling.choices import SharingRequest, TopologyLevel, TopologyMode
+from scheduling.models import PriorityClass, Queue, Team
+
+TOP_LEVEL_KEYS = {
+    "name",
+    "team",
+    "queue",
+    "priority_class",
+    "pod_sets",
+    "topology",
+    "checkpoint",
+    "time_limit_seconds",
+    "run_seconds",
+    "checkpoint_interval_seconds",
+    "elastic_min_replicas",
+}
+POD_SET_KEYS = {
+    "name",
+    "replicas",
+    "gpus_per_replica",
+    "flavor",
+    "accepted_products",
+    "milli_gpu",
+    "mig_profile",
+    "cpu_millicores",
+    "memory_mib",
+}
+
+
+@dataclass
+class PodSetDraft:
+    name: str
+    replicas: int
+    gpus_per_replica: int
+    flavor: GpuFlavor | None
+    sharing: str
+    milli_gpu: int | None = None
+    mig_profile: str = ""
+    accepted_products: list[str] = field(default_factory=list)
+    cpu_millicores: int = 0
+    memory_mib: int = 0
+
+
+@dataclass
+class WorkloadDraft:
+    name: str
+    team: Team
+    queue: Queue
+    priority_class: PriorityClass
+    pod_sets: list[PodSetDraft]
+    topology_level: str = TopologyLevel.NONE
+    topology_mode: str = TopologyMode.PREFERRED
+    checkpoint_enabled: bool = False
+    checkpoint_write_seconds: int = 0
+    time_limit_seconds: int | None = None
+    run_seconds: int | None = None
+    checkpoint_interval_seconds: int | None = None
+    elastic_min_replicas: int | None = None
+
+
+def _fail(field_name: str, reason: str) -> ValidationError:
+    return ValidationError({field_name: [reason]})
+
+
+def _int(value: Any, field_name: str, *, minimum: int, required: bool = True) -> int | None:
+    if value is None:
+        if required:
+            raise _fail(field_name, "This field is required.")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(field_name, "Must be a whole number.")
+    if value < minimum:
+        raise _fail(field_name, f"Must be at least {minimum}.")
+    return value
+
+
+def _str(value: Any, field_name: str, *, required: bool = True, max_length: int = 128) -> str:
+    if value is None or value == "":
+        if required:
+            raise _fail(field_name, "This field is required.")
+        return ""
+    if not isinstance(value, str):
+        raise _fail(field_name, "Must be a string.")
+    if len(value) > max_length:
+        raise _fail(field_name, f"At most {max_length} characters.")
+    return value
+
+
+def _lookup(model, name: str, field_name: str):
+    try:
+        return model.objects.get(name=name)
+    except model.DoesNotExist:
+        raise _fail(field_name, f"Unknown {field_name.replace('_', ' ')} {name!r}.") from None
+
+
+def node_sizes_by_flavor() -> dict[str | None, int]:
+    """The largest node (in GPUs) per flavor name, and over all flavors under None."""
+    sizes: dict[str | None, int] = {}
+    rows = Node.objects.filter(flavor__isnull=False).annotate(n=Count("gpus")).values_list("flavor__name", "n")
+    for flavor, gpus in rows:
+        sizes[flavor] = max(sizes.get(flavor, 0), gpus)
+        sizes[None] = max(sizes.get(None, 0), gpus)
+    return sizes
+
+
+def _mig_profiles(flavor: GpuFlavor | None) -> set[str]:
+    from fleet.models import Gpu
+
+    gpus = Gpu.objects.filter(mig_enabled=True)
+    if flavor is not None:
+        gpus = gpus.filter(node__flavor=flavor)
+    return {inst.get("profile", "") for insts in gpus.values_list("mig_instances", flat=True) for inst in insts or []}
+
+
+def parse_pod_set(raw: Any, index: int, sizes: dict[str | None, int]) -> PodSetDraft:
+    where = f"pod_sets[{index}]"
+    if not isinstance(raw, dict):
+        raise _fail(where, "Must be an object.")
+    unknown = set(raw) - POD_SET_KEYS
+    if unknown:
+        raise _fail(f"{where}.{sorted(unknown)[0]}", "Unknown field.")
+    name = _str(raw.get("name") or f"ps{index}", f"{where}.name", max_length=64)
+    replicas = _int(raw.get("replicas"), f"{where}.replicas", minimum=1)
+    flavor = None
+    if raw.get("flavor"):
+        flavor = _lookup(GpuFlavor, _str(raw["flavor"], f"{where}.flavor", max_length=64), "flavor")
+        if flavor is None:  # pragma: no cover - _lookup raises
+            raise _fail(f"{where}.flavor", "Unknown flavor.")
+    milli = _int(raw.get("milli_gpu"), f"{where}.milli_gpu", minimum=1, required=False)
+    mig = _str(raw.get("mig_profile"), f"{where}.mig_profile", required=False, max_length=32)
+    if milli is not None and milli > 1000:
+        raise _fail(f"{where}.milli_gpu", "A share of one GPU is at most 1000 milli.")
+    if milli is not None and mig:
+        raise _fail(f"{where}.mig_profile", "Ask for either a milli-GPU share or a MIG profile, not both.")
+    fractional = milli is not None or bool(mig)
+    gpus = _int(raw.get("gpus_per_replica", 0 if fractional else 1), f"{where}.gpus_per_replica", minimum=0)
+    if fractional and gpus:
+        raise _fail(f"{where}.gpus_per_replica", "Must be 0 (or omitted) with milli_gpu or mig_profile.")
+    if not fractional and gpus == 0:
+        raise _fail(f"{where}.gpus_per_replica", "Must be at least 1 (or give milli_gpu / mig_profile).")
+    if mig and mig not in _mig_profiles(flavor):
+        raise _fail(f"{where}.mig_profile", f"No GPU of this flavor offers MIG profile {mig!r}.")
+    products = raw.get("accepted_products") or []
+    if not isinstance(products, list) or not all(isinstance(p, str) and p for p in products):
+        raise _fail(f"{where}.accepted_products", "Must be a list of GPU product names.")
+    _check_shape(where, replicas, gpus, flavor, sizes)
+    return PodSetDraft(
+        name=name,
+        replicas=replicas,
+        gpus_per_replica=gpus,
+        flavor=flavor,
+        sharing=SharingRequest.FRACTION if milli else SharingRequest.MIG if mig else SharingRequest.EXCLUSIVE,
+        milli_gpu=milli,
+        mig_profile=mig,
+        accepted_products=products,
+        cpu_millicores=_int(raw.get("cpu_millicores", 0), f"{where}.cpu_millicores", minimum=0),
+        memory_mib=_int(raw.get("memory_mib", 0), f"{where}.memory_mib", minimum=0),
+    )
+
+
+def _check_shape(where: str, replicas: int, gpus: int, flavor: GpuFlavor | None, sizes: dict) -> None:
+    """A replica must fit one node; a pod set spread over nodes must take whole nodes."""
+    largest = sizes.get(flavor.name if flavor else None, 0)
+    label = f"{flavor.name} node" if flavor else "node"
+    if largest == 0:
+        raise _fail(f"{where}.flavor", f"No {label} exists.")
+    if gpus > largest:
+        raise _fail(
+            f"{where}.gpus_per_replica", f"{gpus} GPUs per replica is more than the largest {label} ({largest})."
+        )
+    if replicas > 1 and replicas * gpus > largest and gpus != largest:
+        raise _fail(
+            f"{where}.gpus_per_replica",
+            f"A pod set spanning nodes must take whole nodes: {largest} GPUs per replica, not {gpus}.",
+        )
+
+
+def parse_spec(spec: Any) -> WorkloadDraft:
+    """Validate a submitted spec (the API's JSON body) into a draft; raises ValidationError."""
+    if not isinstance(spec, dict):
+        raise _fail("non_field_errors", "The body must be a JSON object.")
+    unknown = set(spec) - TOP_LEVEL_KEYS
+    if unknown:
+        raise _fail(sorted(unknown)[0], "Unknown field.")
+    name = _str(spec.get("name"), "name")
+    team = _lookup(Team, _str(spec.get("team"), "team", max_length=64), "team")
+    priority = _lookup(
+        PriorityClass, _str(spec.get("priority_class"), "priority_class", max_length=64), "priority_class"
+    )
+    queue = _queue_for(team, spec.get("queue"))
+    raw_sets = spec.get("pod_sets")
+    if not isinstance(raw_sets, list) or not raw_sets:
+        raise _fail("pod_sets", "At least one pod set is required.")
+    sizes = node_sizes_by_flavor()
+    pod_sets = [parse_pod_set(raw, i, sizes) for i, raw in enumerate(raw_sets)]
+    names = [ps.name for ps in pod_sets]
+    if len(set(names)) != len(names):
+        raise _fail("pod_sets", "Pod set names must be unique.")
+    draft = WorkloadDraft(name=name, team=team, queue=queue, priority_class=priority, pod_sets=pod_sets)
+    _parse_topology(spec.get("topology"), draft)
+    _parse_checkpoint(spec.get("checkpoint"), draft)
+    draft.time_limit_seconds = _int(spec.get("time_limit_seconds"), "time_limit_seconds", minimum=1, required=False)
+    draft.run_seconds = _int(spec.get("run_seconds"), "run_seconds", minimum=1, required=False)
+    draft.checkpoint_interval_seconds = _int(
+        spec.get("checkpoint_interval_seconds"), "checkpoint_interval_seconds", minimum=1, required=False
+    )
+    draft.elastic_min_replicas = _int(
+        spec.get("elastic_min_replicas"), "elastic_min_replicas", minimum=1, required=False
+    )
+    return draft
+
+
+def _queue_for(team: Team, raw: Any) -> Queue:
+    if raw is None or raw == "":
+        queue = team.queues.order_by("name").first()
+        if queue is None:
+            raise _fail("queue", f"Team {team.name!r} has no queue; ask an operator to create one.")
+        return queue
+    queue = _lookup(Queue, _str(raw, "queue", max_length=64), "queue")
+    if queue.team_id != team.pk:
+        raise _fail("queue", f"Queue {queue.name!r} belongs to another team.")
+    return queue
+
+
+def _parse_topology(raw: Any, draft: WorkloadDraft) -> None:
+    if raw is None:
+        return
+    if not isinstance(raw, dict):
+        raise _fail("topology", "Must be an object with 'level' and 'mode'.")
+    level = raw.get("level", TopologyLevel.NONE)
+    mode = raw.get("mode", TopologyMode.PREFERRED)
+    if level not in TopologyLevel.values:
+        raise _fail("topology.level", f"Must be one of {TopologyLevel.values}.")
+    if mode not in TopologyMode.values:
+        raise _fail("topology.mode", f"Must be one of {TopologyMode.values}.")
+    draft.topology_level, draft.topology_mode = level, mode
+
+
+def _parse_checkpoint(raw: Any, draft: WorkloadDraft) -> None:
+    if raw is None:
+        return
+    if not isinstance(raw, dict):
+        raise _fail("checkpoint", "Must be an object with 'enabled' and 'write_seconds'.")
+    enabled = raw.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise _fail("checkpoint.enabled", "Must be true or false.")
+    draft.checkpoint_enabled = enabled
+    draft.checkpoint_write_seconds = _int(raw.get("write_seconds", 0), "checkpoint.write_seconds", minimum=0)

@@ -1,0 +1,431 @@
+"""Workload lifecycle services: submit, cancel, progress, finish, and stopping a whole gang.
+
+Public for other parts (the health loop, the Slurm executor): `workload_stop_gang` stops every
+replica of a gang and requeues it from its last checkpoint; `workload_heartbeat` records
+progress reported by a real job."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from core.actors import Actor
+from core.audit import audit_record
+from core.roles import may_act_for_team
+from scheduling.choices import ACTIVE_STATES, FINAL_STATES, WorkloadState
+from scheduling.models import Allocation, PodSet, Preemption, Workload
+
+from .allocation import allocations_release
+from .specs import parse_spec
+from .transitions import workload_transition
+
+log = logging.getLogger(__name__)
+CLOCK_SKEW = timedelta(minutes=2)
+
+
+def round_trigger_on_commit() -> None:
+    """Ask for a placement round soon after this transaction commits (debounced)."""
+
+    def trigger() -> None:
+        from scheduling.tasks import placement_round_trigger
+
+        placement_round_trigger()
+
+    transaction.on_commit(trigger)
+
+
+def _require_team_access(actor: Actor, team_id: int, what: str) -> None:
+    if actor.user is not None and not may_act_for_team(actor.user, team_id):
+        raise PermissionDenied(f"You may only {what} workloads of your own team.")
+
+
+def workload_submit(*, spec: dict, actor: Actor, now: datetime | None = None) -> Workload:
+    """Validate `spec` (the API body) and queue the workload. Raises ValidationError naming the
+    field, or PermissionDenied when a team member submits for another team."""
+    draft = parse_spec(spec)
+    _require_team_access(actor, draft.team.pk, "submit")
+    now = now or timezone.now()
+    with transaction.atomic():
+        workload = Workload.objects.create(
+            name=draft.name,
+            team=draft.team,
+            queue=draft.queue,
+            priority_class=draft.priority_class,
+            state=WorkloadState.PENDING,
+            topology_level=draft.topology_level,
+            topology_mode=draft.topology_mode,
+            time_limit_seconds=draft.time_limit_seconds,
+            checkpoint_enabled=draft.checkpoint_enabled,
+            checkpoint_write_seconds=draft.checkpoint_write_seconds,
+            run_seconds=draft.run_seconds,
+            checkpoint_interval_seconds=draft.checkpoint_interval_seconds,
+            elastic_min_replicas=draft.elastic_min_replicas,
+            submitted_by=actor.user if actor.user is not None and actor.user.pk else None,
+            queued_at=now,
+        )
+        PodSet.objects.bulk_create(
+            PodSet(
+                workload=workload,
+                name=ps.name,
+                replicas=ps.replicas,
+                gpus_per_replica=ps.gpus_per_replica,
+                flavor=ps.flavor,
+                accepted_products=ps.accepted_products,
+                sharing=ps.sharing,
+                milli_gpu=ps.milli_gpu,
+                mig_profile=ps.mig_profile,
+                cpu_millicores=ps.cpu_millicores,
+                memory_mib=ps.memory_mib,
+            )
+            for ps in draft.pod_sets
+        )
+        from scheduling.models import WorkloadTransition
+
+        WorkloadTransition.objects.create(
+            workload=workload, from_state="", to_state=WorkloadState.PENDING, reason="submitted", actor=actor.label
+        )
+        audit_record(actor=actor, verb="workload.submit", target=workload, after={"spec": spec})
+        round_trigger_on_commit()
+    return workload
+
+
+def workload_cancel(*, workload: Workload, actor: Actor, reason: str = "", now: datetime | None = None) -> Workload:
+    """Cancel a waiting or running workload; a running gang is stopped hard and its GPUs freed."""
+    _require_team_access(actor, workload.team_id, "cancel")
+    now = now or timezone.now()
+    with transaction.atomic():
+        workload = Workload.objects.select_for_update().get(pk=workload.pk)
+        if workload.state in FINAL_STATES:
+            raise ValidationError({"state": [f"The workload already finished ({workload.state})."]})
+        was_active = workload.state in ACTIVE_STATES
+        before = workload.state
+        allocations_release(workload_ids=[workload.pk], now=now)
+        _close_preemptions(workload, now, lost=0.0)
+        workload_transition(
+            workload=workload,
+            to_state=WorkloadState.CANCELLED,
+            from_states=[before],
+            reason=reason or "cancelled",
+            actor=actor,
+            finished_at=now,
+            reserved_placements=[],
+            queue_position=None,
+        )
+        audit_record(
+            actor=actor,
+            verb="workload.cancel",
+            target=workload,
+            reason=reason,
+            before={"state": before},
+            after={"state": WorkloadState.CANCELLED},
+        )
+        if was_active:
+            _executor_call_on_commit(workload, "stop_hard")
+        round_trigger_on_commit()
+    return workload
+
+
+def workload_heartbeat(
+    *, workload: Workload, step: int, checkpoint_at: datetime | None, actor: Actor, now: datetime | None = None
+) -> Workload:
+    """Record a real job's progress (and its latest checkpoint). The first heartbeat of an
+    admitted workload marks it running."""
+    now = now or timezone.now()
+    if checkpoint_at is not None and checkpoint_at > now + CLOCK_SKEW:
+        raise ValidationError({"checkpoint_at": ["Is in the future."]})
+    if step < 0:
+        raise ValidationError({"step": ["Must be at least 0."]})
+    with transaction.atomic():
+        workload = Workload.objects.select_for_update().get(pk=workload.pk)
+        if workload.state not in ACTIVE_STATES:
+            raise ValidationError({"state": [f"The workload is {workload.state}, not running."]})
+        if workload.state == WorkloadState.ADMITTED:
+            workload_mark_running(workload=workload, actor=actor, now=now)
+        fields = {"progress_step": step, "last_progress_at": now}
+        if checkpoint_at is not None and (
+            workload.last_checkpoint_at is None or checkpoint_at > workload.last_checkpoint_at
+        ):
+            fields.update(last_checkpoint_at=checkpoint_at, checkpoint_step=step)
+        Workload.objects.filter(pk=workload.pk).update(**fields)
+        for name, value in fields.items():
+            setattr(workload, name, value)
+    return workload
+
+
+def workload_mark_running(*, workload: Workload, actor: Actor, now: datetime, job_id: str | None = None) -> bool:
+    """admitted → running, when the executor says the gang has started. False if it was not admitted."""
+    fields = {"started_at": now, "last_progress_at": now}
+    if job_id is not None:
+        fields["executor_job_id"] = job_id
+    with transaction.atomic():
+        if not Workload.objects.filter(pk=workload.pk, state=WorkloadState.ADMITTED).exists():
+            return False
+        workload_transition(
+            workload=workload,
+            to_state=WorkloadState.RUNNING,
+            from_states=[WorkloadState.ADMITTED],
+            reason="every replica started",
+            actor=actor,
+            **fields,
+        )
+    return True
+
+
+def workload_finish(
+    *,
+    workload: Workload,
+    succeeded: bool,
+    reason: str,
+    actor: Actor,
+    now: datetime | None = None,
+    step: int | None = None,
+) -> bool:
+    """A running gang ended by itself: release its GPUs. False when it had already left."""
+    now = now or timezone.now()
+    to_state = WorkloadState.SUCCEEDED if succeeded else WorkloadState.FAILED
+    with transaction.atomic():
+        workload = Workload.objects.select_for_update().get(pk=workload.pk)
+        if workload.state not in ACTIVE_STATES:
+            return False
+        before = workload.state
+        allocations_release(workload_ids=[workload.pk], now=now)
+        _close_preemptions(workload, now, lost=0.0)
+        fields = {"finished_at": now}
+        if step is not None:
+            fields["progress_step"] = step
+        workload_transition(
+            workload=workload, to_state=to_state, from_states=[before], reason=reason, actor=actor, **fields
+        )
+        audit_record(
+            actor=actor,
+            verb=f"workload.{to_state}",
+            target=workload,
+            reason=reason,
+            before={"state": before},
+            after={"state": to_state},
+        )
+        round_trigger_on_commit()
+    return True
+
+
+@dataclass(frozen=True)
+class GangStop:
+    """What stopping a gang did."""
+
+    workload: Workload
+    stopped: bool
+    lost_gpu_seconds: float = 0.0
+    gpus_released: float = 0.0
+
+
+def workload_stop_gang(
+    *,
+    workload: Workload,
+    reason: str,
+    actor: Actor,
+    grace_seconds: int = 0,
+    requeue: bool = True,
+    now: datetime | None = None,
+) -> GangStop:
+    """Stop EVERY replica of the workload's gang, release all its GPUs, and requeue it from its
+    last checkpoint (state requeued, requeue_count + 1) — or fail it when requeue is False.
+
+    The lost work, GPUs × (now − last checkpoint, or start when it never checkpointed), is added
+    to `lost_gpu_seconds`. With grace_seconds > 0 the executor asks the job to checkpoint and
+    exit within that time (a job that can write its checkpoint in time loses nothing); with 0 it
+    is killed. Safe to call twice: a workload that holds no GPUs is left alone (stopped=False).
+    May run inside the caller's transaction (the health loop stops several gangs in one)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        workload = Workload.objects.select_for_update().get(pk=workload.pk)
+        if workload.state not in ACTIVE_STATES:
+            return GangStop(workload=workload, stopped=False)
+        executor = _executor_of(workload)
+        final = executor.final_checkpoint(workload, grace_seconds, now) if executor else None
+        if final is not None:
+            workload.last_checkpoint_at, workload.checkpoint_step = final
+        outcome = _release_and_requeue(
+            workload, reason=reason, actor=actor, now=now, requeue=requeue, verb="workload.stop_gang"
+        )
+        _executor_call_on_commit(workload, "stop_graceful" if grace_seconds > 0 else "stop_hard", grace_seconds)
+        round_trigger_on_commit()
+    return outcome
+
+
+def workload_preempt(
+    *,
+    victim: Workload,
+    preemptor: Workload | None,
+    reason: str,
+    message: str,
+    deadline: datetime,
+    actor: Actor,
+    now: datetime,
+) -> Preemption | None:
+    """Begin a graceful preemption: the victim keeps its GPUs until it has checkpointed or its
+    deadline passes. Runs inside the round's commit transaction. None if it is no longer running."""
+    if victim.state not in (WorkloadState.ADMITTED, WorkloadState.RUNNING):
+        return None
+    grace = max(0, round((deadline - now).total_seconds()))
+    workload_transition(
+        workload=victim,
+        to_state=WorkloadState.PREEMPTING,
+        from_states=[victim.state],
+        reason=f"{reason}: {message}" if message else reason,
+        actor=actor,
+        last_preempted_at=now,
+    )
+    preemption = Preemption.objects.create(
+        preemptor=preemptor,
+        victim=victim,
+        reason=reason,
+        message=message,
+        requested_at=now,
+        grace_seconds=grace,
+        deadline=deadline,
+    )
+    _executor_call_on_commit(victim, "stop_graceful", grace)
+    return preemption
+
+
+def workload_preemption_finish(
+    *,
+    workload: Workload,
+    actor: Actor,
+    now: datetime,
+    hard: bool,
+    checkpoint: tuple[datetime, int] | None = None,
+) -> GangStop:
+    """A preempted victim left its GPUs: after checkpointing (hard=False) or because its grace
+    period ran out (hard=True, the executor kills it). It is requeued; the GPUs it freed are
+    reserved for its preemptor, which a later round places."""
+    with transaction.atomic():
+        workload = Workload.objects.select_for_update().get(pk=workload.pk)
+        if workload.state != WorkloadState.PREEMPTING:
+            return GangStop(workload=workload, stopped=False)
+        if checkpoint is not None:
+            workload.last_checkpoint_at, workload.checkpoint_step = checkpoint
+        reason = "preempted: grace period over, stopped hard" if hard else "preempted: checkpointed and exited"
+        outcome = _release_and_requeue(
+            workload, reason=reason, actor=actor, now=now, requeue=True, verb="workload.preempted"
+        )
+        if hard:
+            _executor_call_on_commit(workload, "stop_hard")
+        round_trigger_on_commit()
+    return outcome
+
+
+def _release_and_requeue(
+    workload: Workload, *, reason: str, actor: Actor, now: datetime, requeue: bool, verb: str
+) -> GangStop:
+    """Shared tail of every involuntary stop. The caller holds the workload's row lock."""
+    gpus = gpus_held(workload)
+    lost = gpus * _unsaved_seconds(workload, now)
+    allocations_release(workload_ids=[workload.pk], now=now)
+    _close_preemptions(workload, now, lost=lost)
+    before = workload.state
+    resume = workload.checkpoint_step if workload.last_checkpoint_at else 0
+    common = {
+        "last_checkpoint_at": workload.last_checkpoint_at,
+        "checkpoint_step": resume,
+        "lost_gpu_seconds": workload.lost_gpu_seconds + lost,
+        "progress_step": resume,
+        "borrowed": {},
+    }
+    if requeue:
+        workload_transition(
+            workload=workload,
+            to_state=WorkloadState.REQUEUED,
+            from_states=[before],
+            reason=reason,
+            actor=actor,
+            requeue_count=workload.requeue_count + 1,
+            queued_at=now,
+            admitted_at=None,
+            started_at=None,
+            resume_step=resume,
+            executor_job_id="",
+            pending_reason="",
+            queue_position=None,
+            pending_message=f"Requeued from its last checkpoint: {reason}",
+            **common,
+        )
+    else:
+        workload_transition(
+            workload=workload,
+            to_state=WorkloadState.FAILED,
+            from_states=[before],
+            reason=reason,
+            actor=actor,
+            finished_at=now,
+            **common,
+        )
+    audit_record(
+        actor=actor,
+        verb=verb,
+        target=workload,
+        reason=reason,
+        before={"state": before},
+        after={"state": workload.state, "lost_gpu_seconds": round(lost, 1), "gpus_released": gpus},
+    )
+    return GangStop(workload=workload, stopped=True, lost_gpu_seconds=lost, gpus_released=gpus)
+
+
+def _unsaved_seconds(workload: Workload, now: datetime) -> float:
+    if workload.started_at is None:
+        return 0.0
+    since = workload.started_at
+    if workload.last_checkpoint_at is not None and workload.last_checkpoint_at > since:
+        since = workload.last_checkpoint_at
+    return max(0.0, (now - since).total_seconds())
+
+
+def _close_preemptions(workload: Workload, now: datetime, *, lost: float) -> None:
+    """Complete the workload's open preemptions. The GPUs it freed stay reserved for each
+    preemptor through the round's reservations (Workload.reserved_placements)."""
+    Preemption.objects.filter(victim=workload, completed_at__isnull=True).update(
+        completed_at=now, lost_gpu_seconds=lost
+    )
+
+
+def _executor_of(workload: Workload):
+    from scheduling.executors import executor_for_kind
+
+    kind = workload.executor or (
+        Allocation.objects.filter(workload=workload, released_at__isnull=True)
+        .values_list("node__executor", flat=True)
+        .first()
+    )
+    if not kind:
+        return None
+    try:
+        return executor_for_kind(kind)
+    except LookupError:
+        log.error("workload %s runs on executor %r, which is not registered", workload.pk, kind)
+        return None
+
+
+def _executor_call_on_commit(workload: Workload, method: str, *args) -> None:
+    executor = _executor_of(workload)
+    if executor is None:
+        return
+
+    def call() -> None:
+        try:
+            getattr(executor, method)(workload, *args)
+        except Exception:  # the next executor tick sees the job still there and retries
+            log.exception("executor %s.%s failed for workload %s", executor.kind, method, workload.pk)
+
+    transaction.on_commit(call)
+
+
+def gpus_held(workload: Workload) -> float:
+    """GPUs (shares as fractions) the workload holds now."""
+    total = Allocation.objects.filter(workload=workload, released_at__isnull=True).aggregate(m=Sum("milli"))["m"]
+    return (total or 0) / 1000
