@@ -8,7 +8,8 @@ import plotly.io as pio
 
 from .selectors import FlavorCapacity
 
-SERIES_COLORS = {"allocatable": "#0b5cad", "allocated": "#ef6c00", "utilised": "#2e7d32"}
+# Allocated matches the rack grid's allocated cells; none reuses a node-state colour.
+SERIES_COLORS = {"allocatable": "#9db4cc", "allocated": "#1565c0", "utilised": "#00897b"}
 FONT = 'system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif'
 
 
