@@ -11,6 +11,7 @@ from django.core.mail import EmailMessage, get_connection
 from django.db import transaction
 
 from core.roles import OPERATORS_GROUP
+from scheduling.choices import QuotaRequestState
 from scheduling.models import QuotaRequest, TeamMembership
 
 logger = logging.getLogger(__name__)
@@ -38,8 +39,11 @@ def quota_request_notify(quota_request_id: int, *, old_state: str, new_state: st
     qr = QuotaRequest.objects.select_related("team", "queue", "flavor", "requested_by", "reviewed_by").get(
         pk=quota_request_id
     )
-    subject = f"[Fleetdeck] Quota request #{qr.pk} for {qr.team.name}: {qr.get_state_display().lower()}"
-    body = _body(qr, old_state=old_state)
+    # Name the transition being announced, not the row's state now: an approval that applies at
+    # once sends "approved" and then "applied", both read after the same commit.
+    new_label = QuotaRequestState(new_state).label.lower()
+    subject = f"[Fleetdeck] Quota request #{qr.pk} for {qr.team.name}: {new_label}"
+    body = _body(qr, old_state=old_state, new_label=new_label)
     messages = [
         EmailMessage(subject=subject, body=body, to=recipients)
         for recipients in (team_recipients(qr.team_id, qr.team.email), operator_recipients())
@@ -54,10 +58,10 @@ def quota_request_notify(quota_request_id: int, *, old_state: str, new_state: st
         return 0
 
 
-def _body(qr: QuotaRequest, *, old_state: str) -> str:
+def _body(qr: QuotaRequest, *, old_state: str, new_label: str) -> str:
     window = f"from {qr.starts_on}" + (f" until {qr.ends_on} (temporary boost)" if qr.ends_on else " (permanent)")
     lines = [
-        f"Quota request #{qr.pk} of team {qr.team.name} is now {qr.get_state_display().lower()}"
+        f"Quota request #{qr.pk} of team {qr.team.name} is now {new_label}"
         + (f" (was {old_state})." if old_state else "."),
         "",
         f"Queue: {qr.queue.name}",

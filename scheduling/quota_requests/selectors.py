@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db.models import Avg, Count, F, Max, Q, QuerySet, Sum, Window
+from django.db.models import Avg, Case, CharField, Count, F, Max, Q, QuerySet, Sum, Value, When, Window
 from django.db.models.functions import RowNumber, TruncHour
 from django.http import Http404
 from django.utils import timezone
@@ -19,7 +19,14 @@ from django.utils import timezone
 from core.models import AuditEvent
 from core.roles import is_operator, team_ids
 from fleet.models import Gpu, GpuFlavor
-from scheduling.choices import ACTIVE_STATES, FINAL_STATES, WAITING_STATES, QuotaRequestState
+from scheduling.choices import (
+    ACTIVE_STATES,
+    FINAL_STATES,
+    QUOTA_REQUEST_STATE_COLORS,
+    WAITING_STATES,
+    WORKLOAD_STATE_COLORS,
+    QuotaRequestState,
+)
 from scheduling.models import (
     Allocation,
     PodSet,
@@ -65,8 +72,15 @@ def team_for_user(user, team_id: int) -> Team:
     return team
 
 
+def _with_state_color(qs: QuerySet[QuotaRequest]) -> QuerySet[QuotaRequest]:
+    colors = [When(state=state, then=Value(color)) for state, color in QUOTA_REQUEST_STATE_COLORS.items()]
+    return qs.annotate(state_color=Case(*colors, default=Value("#616161"), output_field=CharField()))
+
+
 def quota_requests_visible_to(user) -> QuerySet[QuotaRequest]:
-    qs = QuotaRequest.objects.select_related("team", "queue", "flavor", "requested_by", "reviewed_by")
+    qs = _with_state_color(
+        QuotaRequest.objects.select_related("team", "queue", "flavor", "requested_by", "reviewed_by")
+    )
     if not user.is_authenticated:
         return qs.none()
     if sees_all_teams(user):
@@ -76,7 +90,7 @@ def quota_requests_visible_to(user) -> QuerySet[QuotaRequest]:
 
 def quota_request_for_user(user, request_id: int) -> QuotaRequest:
     quota_request = (
-        QuotaRequest.objects.select_related("team", "queue", "flavor", "requested_by", "reviewed_by")
+        _with_state_color(QuotaRequest.objects.select_related("team", "queue", "flavor", "requested_by", "reviewed_by"))
         .filter(pk=request_id)
         .first()
     )
@@ -98,6 +112,17 @@ def queues_fileable_by(user) -> QuerySet[Queue]:
 # --- current usage -------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class UsageRow:
+    """One queue × flavor's usage with what a page needs to label it."""
+
+    usage: Usage
+    queue: Queue
+    flavor: GpuFlavor
+    capacity: int
+    utilised: float | None = None
+
+
 @dataclass
 class UsageSnapshot:
     """Usage of every queue × flavor right now, plus what is needed to label and judge it."""
@@ -112,6 +137,19 @@ class UsageSnapshot:
         ids = set(queue_ids)
         rows = [u for k, u in self.lines.items() if k[0] in ids]
         return sorted(rows, key=lambda u: (self.queues[u.queue_id].name, self.flavors[u.flavor_id].name))
+
+    def labelled(self, queue_ids, utilised: dict[Key, float] | None = None) -> list[UsageRow]:
+        utilised = utilised or {}
+        return [
+            UsageRow(
+                usage=u,
+                queue=self.queues[u.queue_id],
+                flavor=self.flavors[u.flavor_id],
+                capacity=self.capacity.get(u.flavor_id, 0),
+                utilised=utilised.get((u.queue_id, u.flavor_id)),
+            )
+            for u in self.for_queues(queue_ids)
+        ]
 
     def nominal_by_queue(self, flavor_id: int) -> dict[int, int]:
         return {q: u.nominal for (q, f), u in self.lines.items() if f == flavor_id}
@@ -302,6 +340,7 @@ def team_workloads(team: Team, *, recent_finished: int = 20) -> list[Workload]:
     done = list(base.filter(state__in=FINAL_STATES)[:recent_finished])
     for workload in live + done:
         workload.position = positions.get(workload.pk)
+        workload.state_color = WORKLOAD_STATE_COLORS.get(workload.state, "#616161")
     live.sort(key=lambda w: (w.position is None, w.position or 0, w.queue.name, -w.pk))
     return live + done
 

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 from core.actors import Actor
 from core.models import AuditEvent
 from core.roles import is_operator, may_act_for_team, team_ids
-from scheduling.choices import QUOTA_REQUEST_STATE_COLORS, WORKLOAD_STATE_COLORS, QuotaRequestState
+from scheduling.choices import QuotaRequestState
 
 from . import charts, selectors, services
 from .forms import QuotaRequestForm, ReviewForm, add_service_errors
@@ -30,11 +30,11 @@ S = QuotaRequestState
 def team_list(request: HttpRequest) -> HttpResponse:
     teams = list(selectors.teams_visible_to(request.user).prefetch_related("queues"))
     snapshot = selectors.usage_now()
-    rows = [(team, snapshot.for_queues(q.pk for q in team.queues.all())) for team in teams]
+    rows = [(team, snapshot.labelled([q.pk for q in team.queues.all()])) for team in teams]
     return render(
         request,
         "scheduling/teams/team_list.html",
-        {"rows": rows, "snapshot": snapshot, "sees_all": selectors.sees_all_teams(request.user)},
+        {"rows": rows, "sees_all": selectors.sees_all_teams(request.user)},
     )
 
 
@@ -43,12 +43,7 @@ def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
     now = timezone.now()
     queue_ids = list(team.queues.values_list("pk", flat=True))
     snapshot = selectors.usage_now()
-    usage = snapshot.for_queues(queue_ids)
-    utilised = selectors.latest_utilised(queue_ids, now=now)
-    usage_rows = [
-        (u, snapshot.queues[u.queue_id], snapshot.flavors[u.flavor_id], utilised.get((u.queue_id, u.flavor_id)))
-        for u in usage
-    ]
+    usage_rows = snapshot.labelled(queue_ids, selectors.latest_utilised(queue_ids, now=now))
     pending_any = sum(snapshot.pending_any_flavor.get(q, 0) for q in queue_ids)
     return render(
         request,
@@ -59,9 +54,7 @@ def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
             "pending_any_flavor": pending_any,
             "charts": _history_charts(queue_ids, snapshot, now),
             "workloads": selectors.team_workloads(team),
-            "workload_colors": WORKLOAD_STATE_COLORS,
             "requests": selectors.quota_requests_visible_to(request.user).filter(team=team)[:50],
-            "state_colors": QUOTA_REQUEST_STATE_COLORS,
             "history": selectors.quota_history(team),
             "may_file": may_act_for_team(request.user, team.pk),
         },
@@ -105,7 +98,6 @@ def quota_request_list(request: HttpRequest) -> HttpResponse:
         {
             "open_requests": [(r, contexts[r.pk]) for r in open_requests],
             "other_requests": [r for r in requests if r.state != S.SUBMITTED],
-            "state_colors": QUOTA_REQUEST_STATE_COLORS,
             "is_reviewer": operator,
             "review_form": ReviewForm(),
             "sizing_signals": selectors.sizing_signals() if operator else [],
@@ -142,7 +134,6 @@ def quota_request_detail(request: HttpRequest, request_id: int) -> HttpResponse:
         {
             "r": quota_request,
             "ctx": context,
-            "state_colors": QUOTA_REQUEST_STATE_COLORS,
             "is_reviewer": is_operator(request.user),
             "may_withdraw": quota_request.state == S.SUBMITTED and (
                 quota_request.requested_by_id == request.user.pk or quota_request.team_id in team_ids(request.user)
