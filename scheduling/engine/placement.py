@@ -149,7 +149,7 @@ def best_fit_node(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> N
             node = cap.nodes[rank]
             if not where.allows(node, need):
                 continue
-            if g == 1 or k == g or _group_fits(node, g):
+            if g == 1 or _group_fits(node, g):
                 return node
             if first is None:
                 first = node
