@@ -368,3 +368,153 @@ def snapshot_load(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
         now=now.timestamp(), nodes=nodes, queues=queues, running=running, pending=pending, reservations=reservations
     )
     return snapshot, index
+
+
+# --- reads for pages and the API --------------------------------------------------------------
+
+DEFAULT_MTBF_GPU_HOURS = 50_000.0
+FAILURE_WINDOW_DAYS = 90
+_failure_sources: list = []
+
+
+def register_failure_source(fn) -> None:
+    """Add a callable `fn(since: datetime) -> int` counting GPU failures since `since`.
+
+    The health app registers one (its repair tickets / fatal events); until any is registered,
+    repair tickets are counted when a health.RepairTicket model exists."""
+    _failure_sources.append(fn)
+
+
+def _default_failures(since: datetime) -> int:
+    from django.apps import apps
+
+    try:
+        model = apps.get_model("health", "RepairTicket")
+    except LookupError:
+        return 0
+    names = {f.name for f in model._meta.get_fields()}
+    for stamp in ("opened_at", "created_at", "at"):
+        if stamp in names:
+            return model.objects.filter(**{f"{stamp}__gte": since}).count()
+    return model.objects.count()
+
+
+def mtbf_per_gpu_hours(now: datetime) -> tuple[float, str]:
+    """Mean time between failures of one GPU, in hours, from the fleet's failure history over
+    the last FAILURE_WINDOW_DAYS: (GPUs × window hours) / failures. With no failures recorded,
+    DEFAULT_MTBF_GPU_HOURS. Returns the value and where it came from."""
+    from datetime import timedelta
+
+    since = now - timedelta(days=FAILURE_WINDOW_DAYS)
+    sources = _failure_sources or [_default_failures]
+    failures = sum(fn(since) for fn in sources)
+    gpus = Gpu.objects.count()
+    if failures <= 0 or gpus == 0:
+        return DEFAULT_MTBF_GPU_HOURS, "default (no failures recorded)"
+    hours = gpus * FAILURE_WINDOW_DAYS * 24.0
+    return hours / failures, f"{failures} failures over {gpus} GPUs × {FAILURE_WINDOW_DAYS} days"
+
+
+def checkpoint_advice(workload: Workload, *, now: datetime, gpus: int | None = None) -> dict:
+    """Young's interval sqrt(2 · C · MTBF_job) for the workload, with its inputs."""
+    from .engine import checkpoint_interval, job_mtbf
+
+    if gpus is None:
+        gpus = workload_gpus(workload)
+    mtbf_gpu_h, source = mtbf_per_gpu_hours(now)
+    write_s = float(workload.checkpoint_write_seconds)
+    advice = {
+        "write_seconds": write_s,
+        "gpus": gpus,
+        "mtbf_per_gpu_hours": round(mtbf_gpu_h, 1),
+        "mtbf_source": source,
+        "job_mtbf_hours": None,
+        "interval_seconds": None,
+        "current_interval_seconds": workload.checkpoint_interval_seconds,
+        "expected_loss_per_failure_seconds": None,
+    }
+    if gpus >= 1:
+        advice["job_mtbf_hours"] = round(job_mtbf(mtbf_gpu_h * 3600, gpus) / 3600, 2)
+        if write_s > 0:
+            interval = checkpoint_interval(write_s, mtbf_gpu_h * 3600, gpus)
+            advice["interval_seconds"] = round(interval)
+            advice["expected_loss_per_failure_seconds"] = round(interval / 2)
+    return advice
+
+
+def workload_gpus(workload: Workload) -> int:
+    """Whole GPUs the workload asks for (a share counts as one GPU)."""
+    total = 0
+    for ps in workload.pod_sets.all():
+        total += ps.replicas * (ps.gpus_per_replica or 1)
+    return total
+
+
+def workload_placements(workload: Workload) -> list[dict]:
+    """The GPUs the workload holds now, one entry per replica: {pod_set, replica, node, gpus}."""
+    grouped: dict[tuple[int, str, int, str], list[int]] = defaultdict(list)
+    rows = Allocation.objects.filter(workload=workload, released_at__isnull=True).values_list(
+        "pod_set_id", "pod_set__name", "replica", "node__name", "gpu__index"
+    )
+    for ps_id, ps_name, replica, node, index in rows:
+        grouped[(ps_id, ps_name, replica, node)].append(index)
+    return [
+        {"pod_set": ps_name, "replica": replica, "node": node, "gpus": sorted(indices)}
+        for (_ps, ps_name, replica, node), indices in sorted(grouped.items())
+    ]
+
+
+def queue_usage(*, queue: Queue | None = None) -> list[dict]:
+    """Per queue and flavor: nominal quota, GPUs used, borrowed from and lent to the cohort, and
+    the GPUs its waiting workloads ask for. Lent is the cohort's borrowing charged to lenders
+    in name order, each up to what it can lend."""
+    held = list(
+        Allocation.objects.filter(released_at__isnull=True).values_list(
+            "workload_id", "pod_set_id", "pod_set__name", "replica", "gpu_id", "node_id", "milli"
+        )
+    )
+    flavor_of_node = dict(Node.objects.values_list("pk", "flavor__name"))
+    queue_of = dict(Workload.objects.filter(state__in=ACTIVE_STATES).values_list("pk", "queue__name"))
+    used = usage_by_workload_to_queue(held, flavor_of_node, queue_of)
+    demand: dict[tuple[str, str], int] = defaultdict(int)
+    rows = PodSet.objects.filter(workload__state__in=WAITING_STATES).values_list(
+        "workload__queue__name", "flavor__name", "replicas", "gpus_per_replica"
+    )
+    for qname, flavor, replicas, gpus in rows:
+        demand[(qname, flavor or "any")] += replicas * (gpus or 1)
+    out = []
+    for q in QueueQuota.objects.select_related("queue__cohort", "flavor").order_by("queue__name", "flavor__name"):
+        u = used.get((q.queue.name, q.flavor.name), 0)
+        out.append(
+            {
+                "queue": q.queue.name,
+                "team_id": q.queue.team_id,
+                "cohort": q.queue.cohort.name if q.queue.cohort else None,
+                "flavor": q.flavor.name,
+                "nominal": q.nominal,
+                "borrowing_limit": q.borrowing_limit,
+                "lending_limit": q.lending_limit,
+                "used": u,
+                "borrowed": max(0, u - q.nominal),
+                "lent": 0,
+                "pending_demand": demand.get((q.queue.name, q.flavor.name), 0),
+            }
+        )
+    _charge_lending(out)
+    if queue is not None:
+        out = [row for row in out if row["queue"] == queue.name]
+    return out
+
+
+def _charge_lending(rows: list[dict]) -> None:
+    by_pool: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for row in rows:
+        if row["cohort"]:
+            by_pool[(row["cohort"], row["flavor"])].append(row)
+    for members in by_pool.values():
+        owed = sum(r["borrowed"] for r in members)
+        for r in sorted(members, key=lambda r: r["queue"]):
+            idle = max(0, r["nominal"] - r["used"])
+            can = idle if r["lending_limit"] is None else min(idle, r["lending_limit"])
+            r["lent"] = min(can, owed)
+            owed -= r["lent"]

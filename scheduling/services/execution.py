@@ -196,7 +196,12 @@ def _apply(report: ExecutorReport, workload: Workload, actor: Actor, now: dateti
     if report.step is not None and workload.state != WorkloadState.ADMITTED:
         if report.checkpoint_at is not None or report.step != workload.progress_step:
             workload_heartbeat(
-                workload=workload, step=report.step, checkpoint_at=report.checkpoint_at, actor=actor, now=now
+                workload=workload,
+                step=report.step,
+                checkpoint_at=report.checkpoint_at,
+                checkpoint_step=report.checkpoint_step,
+                actor=actor,
+                now=now,
             )
             summary.progressed += 1
 

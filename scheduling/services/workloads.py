@@ -132,10 +132,16 @@ def workload_cancel(*, workload: Workload, actor: Actor, reason: str = "", now: 
 
 
 def workload_heartbeat(
-    *, workload: Workload, step: int, checkpoint_at: datetime | None, actor: Actor, now: datetime | None = None
+    *,
+    workload: Workload,
+    step: int,
+    checkpoint_at: datetime | None,
+    actor: Actor,
+    now: datetime | None = None,
+    checkpoint_step: int | None = None,
 ) -> Workload:
-    """Record a real job's progress (and its latest checkpoint). The first heartbeat of an
-    admitted workload marks it running."""
+    """Record a job's progress and its latest checkpoint (taken at `checkpoint_step`, by
+    default the current step). The first heartbeat of an admitted workload marks it running."""
     now = now or timezone.now()
     if checkpoint_at is not None and checkpoint_at > now + CLOCK_SKEW:
         raise ValidationError({"checkpoint_at": ["Is in the future."]})
@@ -151,7 +157,9 @@ def workload_heartbeat(
         if checkpoint_at is not None and (
             workload.last_checkpoint_at is None or checkpoint_at > workload.last_checkpoint_at
         ):
-            fields.update(last_checkpoint_at=checkpoint_at, checkpoint_step=step)
+            fields.update(
+                last_checkpoint_at=checkpoint_at, checkpoint_step=step if checkpoint_step is None else checkpoint_step
+            )
         Workload.objects.filter(pk=workload.pk).update(**fields)
         for name, value in fields.items():
             setattr(workload, name, value)
@@ -351,6 +359,7 @@ def _release_and_requeue(
             started_at=None,
             resume_step=resume,
             executor_job_id="",
+            executor="",
             pending_reason="",
             queue_position=None,
             pending_message=f"Requeued from its last checkpoint: {reason}",

@@ -1,0 +1,130 @@
+"""API shapes of workloads and queues. Input is validated by the services (one set of rules
+for API, pages and commands); these serializers only render."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+from rest_framework import serializers
+
+from scheduling.models import PodSet, Workload, WorkloadTransition
+from scheduling.selectors import checkpoint_advice, workload_placements
+
+
+class PodSetSerializer(serializers.ModelSerializer):
+    flavor = serializers.CharField(source="flavor.name", default=None)
+
+    class Meta:
+        model = PodSet
+        fields = [
+            "name",
+            "replicas",
+            "gpus_per_replica",
+            "flavor",
+            "accepted_products",
+            "sharing",
+            "milli_gpu",
+            "mig_profile",
+            "cpu_millicores",
+            "memory_mib",
+        ]
+
+
+class TransitionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = WorkloadTransition
+        fields = ["at", "from_state", "to_state", "reason", "actor"]
+
+
+class WorkloadListSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="team.name")
+    queue = serializers.CharField(source="queue.name")
+    priority_class = serializers.CharField(source="priority_class.name")
+    position = serializers.IntegerField(source="queue_position", allow_null=True)
+    time_to_bind_seconds = serializers.SerializerMethodField()
+    lost_gpu_hours = serializers.SerializerMethodField()
+    pod_sets = PodSetSerializer(many=True)
+
+    class Meta:
+        model = Workload
+        fields = [
+            "id",
+            "name",
+            "team",
+            "queue",
+            "priority_class",
+            "state",
+            "pending_reason",
+            "pending_message",
+            "position",
+            "submitted_at",
+            "admitted_at",
+            "started_at",
+            "finished_at",
+            "time_to_bind_seconds",
+            "requeue_count",
+            "lost_gpu_hours",
+            "progress_step",
+            "last_checkpoint_at",
+            "executor",
+            "executor_job_id",
+            "pod_sets",
+        ]
+
+    def get_time_to_bind_seconds(self, obj: Workload) -> float | None:
+        return None if obj.time_to_bind is None else round(obj.time_to_bind.total_seconds(), 3)
+
+    def get_lost_gpu_hours(self, obj: Workload) -> float:
+        return round(obj.lost_gpu_seconds / 3600, 3)
+
+
+class WorkloadDetailSerializer(WorkloadListSerializer):
+    placements = serializers.SerializerMethodField()
+    transitions = TransitionSerializer(many=True)
+    checkpoint = serializers.SerializerMethodField()
+
+    class Meta(WorkloadListSerializer.Meta):
+        fields = WorkloadListSerializer.Meta.fields + [
+            "topology_level",
+            "topology_mode",
+            "time_limit_seconds",
+            "run_seconds",
+            "checkpoint_interval_seconds",
+            "placements",
+            "transitions",
+            "checkpoint",
+        ]
+
+    def get_placements(self, obj: Workload) -> list[dict]:
+        return workload_placements(obj)
+
+    def get_checkpoint(self, obj: Workload) -> dict:
+        advice = checkpoint_advice(obj, now=timezone.now())
+        advice["enabled"] = obj.checkpoint_enabled
+        return advice
+
+
+class QueueUsageSerializer(serializers.Serializer):
+    queue = serializers.CharField()
+    cohort = serializers.CharField(allow_null=True)
+    flavor = serializers.CharField()
+    nominal = serializers.IntegerField()
+    borrowing_limit = serializers.IntegerField(allow_null=True)
+    lending_limit = serializers.IntegerField(allow_null=True)
+    used = serializers.IntegerField()
+    borrowed = serializers.IntegerField()
+    lent = serializers.IntegerField()
+    pending_demand = serializers.IntegerField()
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    step = serializers.IntegerField(min_value=0)
+    checkpoint_at = serializers.DateTimeField(required=False, allow_null=True)
+
+
+class DrainSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000)
+    grace_seconds = serializers.IntegerField(min_value=0, max_value=86400, default=0)
+
+
+class CancelSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")

@@ -1,0 +1,142 @@
+"""Workloads, queues and node drains over HTTP. Views only translate: services decide."""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404
+from django_filters import rest_framework as filters
+from drf_spectacular.utils import OpenApiTypes, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.actors import Actor
+from core.permissions import IsOperator
+from core.roles import may_act_for_team
+from fleet.models import Node
+from scheduling.choices import WorkloadState
+from scheduling.models import PodSet, Workload
+from scheduling.selectors import queue_usage
+from scheduling.services import node_drain, workload_cancel, workload_heartbeat, workload_submit
+
+from .serializers import (
+    CancelSerializer,
+    DrainSerializer,
+    HeartbeatSerializer,
+    QueueUsageSerializer,
+    WorkloadDetailSerializer,
+    WorkloadListSerializer,
+)
+
+
+def call_service(fn, **kwargs):
+    """Django's ValidationError/PermissionDenied from a service become 400/403 answers."""
+    try:
+        return fn(**kwargs)
+    except DjangoValidationError as exc:
+        detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        raise ValidationError(detail) from exc
+    except DjangoPermissionDenied as exc:
+        raise PermissionDenied(str(exc) or None) from exc
+
+
+class WorkloadFilter(filters.FilterSet):
+    team = filters.CharFilter(field_name="team__name")
+    queue = filters.CharFilter(field_name="queue__name")
+    state = filters.MultipleChoiceFilter(choices=WorkloadState.choices)
+    priority_class = filters.CharFilter(field_name="priority_class__name")
+
+    class Meta:
+        model = Workload
+        fields = ["team", "queue", "state", "priority_class"]
+
+
+class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Submit, inspect and cancel workloads. Team members act for their own teams only."""
+
+    filterset_class = WorkloadFilter
+
+    def get_queryset(self):
+        qs = Workload.objects.visible_to(self.request.user).select_related("team", "queue", "priority_class")
+        qs = qs.prefetch_related(Prefetch("pod_sets", queryset=PodSet.objects.select_related("flavor")))
+        if self.action == "retrieve":
+            qs = qs.prefetch_related("transitions")
+        return qs
+
+    def get_serializer_class(self):
+        return WorkloadDetailSerializer if self.action == "retrieve" else WorkloadListSerializer
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={201: WorkloadDetailSerializer})
+    def create(self, request, *args, **kwargs):
+        workload = call_service(workload_submit, spec=request.data, actor=Actor.from_request(request))
+        workload = self.get_queryset().prefetch_related("transitions").get(pk=workload.pk)
+        return Response(WorkloadDetailSerializer(workload).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=CancelSerializer, responses={200: WorkloadDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        workload = self.get_object()
+        body = CancelSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        call_service(
+            workload_cancel, workload=workload, actor=Actor.from_request(request), reason=body.validated_data["reason"]
+        )
+        return Response(WorkloadDetailSerializer(self.get_queryset().get(pk=workload.pk)).data)
+
+    @extend_schema(request=HeartbeatSerializer, responses={200: WorkloadListSerializer})
+    @action(detail=True, methods=["post"])
+    def heartbeat(self, request, pk=None):
+        """Progress of a real job: {"step": ..., "checkpoint_at": ...} (its latest checkpoint)."""
+        workload = self.get_object()
+        if not may_act_for_team(request.user, workload.team_id):
+            raise PermissionDenied("Only the workload's team (or an operator) may report its progress.")
+        body = HeartbeatSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        workload = call_service(
+            workload_heartbeat,
+            workload=workload,
+            step=body.validated_data["step"],
+            checkpoint_at=body.validated_data.get("checkpoint_at"),
+            actor=Actor.from_request(request),
+        )
+        return Response(WorkloadListSerializer(self.get_queryset().get(pk=workload.pk)).data)
+
+
+class QueueListView(APIView):
+    """Quota and usage of every queue per flavor: nominal, used, borrowed, lent, pending demand."""
+
+    @extend_schema(responses={200: QueueUsageSerializer(many=True)})
+    def get(self, request):
+        return Response(QueueUsageSerializer(queue_usage(), many=True).data)
+
+
+class NodeDrainView(APIView):
+    """POST {"reason", "grace_seconds"}: cordon the node, stop and requeue every gang on it."""
+
+    permission_classes = [IsOperator]
+
+    @extend_schema(request=DrainSerializer, responses={200: OpenApiTypes.OBJECT})
+    def post(self, request, name: str):
+        node = get_object_or_404(Node, name=name)
+        body = DrainSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        outcome = call_service(node_drain, node=node, actor=Actor.from_request(request), **body.validated_data)
+        return Response(
+            {
+                "node": outcome.node.name,
+                "state": outcome.node.state,
+                "stopped": [
+                    {
+                        "id": s.workload.pk,
+                        "name": s.workload.name,
+                        "state": s.workload.state,
+                        "lost_gpu_hours": round(s.lost_gpu_seconds / 3600, 3),
+                    }
+                    for s in outcome.stops
+                ],
+            }
+        )
