@@ -194,7 +194,7 @@ RECOVERY_CODE_ACTIONS: dict[int, Action] = {
 }
 
 _RECOVERY = re.compile(
-    r"recovery action changed from\s+(?:(?P<from_code>0x[0-9a-fA-F]+|\d+)\s*)?(?:\((?P<from_label>[^)]*)\))?"
+    r"(?:recovery action\s+)?changed from\s+(?:(?P<from_code>0x[0-9a-fA-F]+|\d+)\s*)?(?:\((?P<from_label>[^)]*)\))?"
     r"\s*to\s+(?:(?P<to_code>0x[0-9a-fA-F]+|\d+)\s*)?(?:\((?P<to_label>[^)]*)\))?",
     re.IGNORECASE,
 )
