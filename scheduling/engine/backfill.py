@@ -38,6 +38,9 @@ class Reservations:
         self.epoch = 0  # bumped whenever holds change, to invalidate cached verdicts
         self._verdicts: dict[tuple[object, ...], bool] = {}
         self._events: list[RunningWorkload] | None = None
+        self._hopeless: set[tuple[object, ...]] = set()
+        self._no_backfill: set[tuple[object, ...]] = set()
+        self._budget = rnd.config.reservation_budget
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def add(self, owner: WorkloadSpec | int, name: str, start: float | None,
@@ -94,9 +97,22 @@ class Reservations:
         usable = [h for h in self.holds.values() if h.start is not None and ends <= h.start]
         if not usable:
             return miss
+        # Capacity only shrinks between hold changes, so a failed shape stays failed until then.
+        key = (self.epoch, wl.queue, wl.topology, wl.topology_required, tuple(n.spec for n in needs),
+               tuple(h.owner for h in usable))
+        if key in self._no_backfill:
+            return miss
+        saved = [(h, h.changes) for h in usable]
         for h in usable:
             self._give(h)
-        got = self.rnd.place(wl, needs)
+        got = self.rnd.place(wl, needs, quiet=True)
+        if isinstance(got, Miss):
+            for h, changes in saved:
+                for c in changes:
+                    self.rnd.cap.take(c.node, c.gpus, c.cpu, c.mem)
+                h.changes = changes
+            self._no_backfill.add(key)
+            return miss
         for h in usable:
             self._take_free(h)
         return got
@@ -111,7 +127,7 @@ class Reservations:
             holds = list(self.holds.values())
             for h in holds:
                 self._give(h)
-            got = self.rnd.place(wl, needs)
+            got = self.rnd.place(wl, needs, quiet=True)
             fits = not isinstance(got, Miss)
             if not isinstance(got, Miss):
                 self.rnd.cap.undo(got.changes, taken=True)
@@ -133,7 +149,12 @@ class Reservations:
         """Reserve for a blocked workload the GPUs that free soonest, if any ever will."""
         cfg = self.rnd.config
         backfill_holds = sum(1 for h in self.holds.values() if h.start is not None)
-        if wl.id in self.holds or backfill_holds >= cfg.max_reservations:
+        if wl.id in self.holds or backfill_holds >= cfg.max_reservations or self._budget <= 0:
+            return
+        # A shape that found no start time will not find one later in the round: the releases
+        # it could count on only shrink as reservations claim them.
+        shape = (wl.topology, wl.topology_required, tuple(n.spec for n in needs))
+        if shape in self._hopeless:
             return
         cap = self.rnd.cap
         released: list[list[Change]] = []
@@ -143,15 +164,19 @@ class Reservations:
             released.append(cap.release(rw.placements))
             if i + 1 < len(events) and events[i + 1].expected_end == rw.expected_end:
                 continue  # free everything that ends at the same moment before trying
-            got = self.rnd.place(wl, needs)
+            self._budget -= 1
+            got = self.rnd.place(wl, needs, quiet=True)
             if not isinstance(got, Miss):
                 cap.undo(got.changes, taken=True)
                 found = (max(self.rnd.now, rw.expected_end or 0.0), tuple(got.placements),
                          [e.id for e in events[: i + 1]])
                 break
+            if self._budget <= 0:
+                break
         for changes in reversed(released):
             cap.undo(changes, taken=False)
         if found is None:
+            self._hopeless.add(shape)
             return
         start, placements, freed = found
         used = {(p.node, a.index) for p in placements for a in p.gpus}

@@ -31,6 +31,15 @@ class Preemptor:
         self.eligible = sorted(
             (rw for rw in rnd.snap.running if rw.preemptible and not rw.preempting), key=lambda rw: rw.id
         )
+        self.stopping = [rw for rw in rnd.snap.running if rw.preempting]
+        # Running workloads that borrow, per cohort: the only victims a reclaim may pick, found
+        # without scanning the whole running set for every blocked workload.
+        self.borrowers: dict[str, list[RunningWorkload]] = {}
+        queues = rnd.snap.queues
+        for rw in self.eligible:
+            cohort = queues[rw.queue].cohort if rw.queue in queues else None
+            if cohort and any(v > 0 for v in rw.borrowed.values()):
+                self.borrowers.setdefault(cohort, []).append(rw)
 
     # -- helpers ----------------------------------------------------------------------------------
     def lost_work(self, rw: RunningWorkload) -> float:
@@ -53,7 +62,7 @@ class Preemptor:
         self.rnd.quota.add(rw.queue, rw.flavor_gpus, 1)
 
     def _try(self, wl: WorkloadSpec, needs: list[Need]) -> Placed | None:
-        got = self.rnd.place(wl, needs)
+        got = self.rnd.place(wl, needs, quiet=True)
         if isinstance(got, Miss):
             return None
         self.rnd.cap.undo(got.changes, taken=True)
@@ -100,8 +109,8 @@ class Preemptor:
         if own is not None:
             mine = {(p.node, a.index) for p in own.placements for a in p.gpus}
         out = []
-        for rw in self.rnd.snap.running:
-            if not rw.preempting or rw.id in self.stopping_claimed:
+        for rw in self.stopping:
+            if rw.id in self.stopping_claimed:
                 continue
             overlaps = any((p.node, a.index) in mine for p in rw.placements for a in p.gpus)
             if rw.preemptor_id == wl.id or overlaps or (rw.preemptor_id is None and own is None):
@@ -117,7 +126,8 @@ class Preemptor:
         if not (wl.may_preempt or reclaiming):
             return None
         candidates = []
-        for rw in self.eligible:
+        pool = self.eligible if wl.may_preempt else self.borrowers.get(cohort or "", [])
+        for rw in pool:
             if rw.id in self.victims or rw.priority >= wl.priority or self.protected(rw):
                 continue
             if not any(f in request for f in rw.flavor_gpus):

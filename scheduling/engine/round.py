@@ -29,6 +29,8 @@ from .types import (
     WorkloadSpec,
 )
 
+QUIET_MISS = Miss(PendingReason.INSUFFICIENT_CAPACITY, "")
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
@@ -37,6 +39,7 @@ class SchedulerConfig:
     preemption_cooldown_s: float = 3600.0  # a workload preempted this recently is not preempted again
     max_reservations: int = 16  # backfill reservations made per round (Slurm's bf_max_job_test idea)
     reservation_search_limit: int = 256  # running workloads released while searching a start time
+    reservation_budget: int = 4000  # placement attempts all reservation searches of a round may make
     node_topology_candidates: int = 64  # nodes tried for a topology=node (required) workload
 
 
@@ -117,21 +120,23 @@ class Round:
         self.result.admitted.append(Admit(wl.id, tuple(placed.placements), dict(placed.borrowed)))
 
     # -- placement with quota -------------------------------------------------------------------
-    def place(self, wl: WorkloadSpec, needs: list[Need]) -> Placed | Miss:
-        """Quota plus a concrete placement for every pod set; on failure nothing stays taken."""
-        if wl.topology == Topology.RACK and wl.topology_required and not self._whole_node_gang(needs):
-            return self._place_in_one(wl, needs, self._racks_for(needs), "rack")
-        if wl.topology == Topology.NODE and wl.topology_required and sum(n.replicas for n in needs) > 1:
-            return self._place_in_one(wl, needs, self._nodes_for(needs), "node")
-        where = Where(rack_required=wl.topology == Topology.RACK and wl.topology_required)
-        return self.place_where(wl, needs, where)
+    def place(self, wl: WorkloadSpec, needs: list[Need], *, quiet: bool = False) -> Placed | Miss:
+        """Quota plus a concrete placement for every pod set; on failure nothing stays taken.
 
-    def place_where(self, wl: WorkloadSpec, needs: list[Need], where: Where) -> Placed | Miss:
+        `quiet` (simulations) skips composing the capacity message nobody will read."""
+        if wl.topology == Topology.RACK and wl.topology_required and not self._whole_node_gang(needs):
+            return self._place_in_one(wl, needs, self._racks_for(needs), "rack", quiet)
+        if wl.topology == Topology.NODE and wl.topology_required and sum(n.replicas for n in needs) > 1:
+            return self._place_in_one(wl, needs, self._nodes_for(needs), "node", quiet)
+        where = Where(rack_required=wl.topology == Topology.RACK and wl.topology_required)
+        return self.place_where(wl, needs, where, quiet)
+
+    def place_where(self, wl: WorkloadSpec, needs: list[Need], where: Where, quiet: bool = False) -> Placed | Miss:
         changes: list[Change] = []
         request: dict[str, int] = {}
         placements: list[ReplicaPlacement] = []
         for need in needs:
-            got = self._place_need(wl, need, where, request, changes)
+            got = self._place_need(wl, need, where, request, changes, quiet)
             if isinstance(got, Miss):
                 self.cap.undo(changes, taken=True)
                 return got
@@ -140,7 +145,7 @@ class Round:
         return Placed(placements, changes, request, verdict.borrowed)
 
     def _place_need(self, wl: WorkloadSpec, need: Need, base: Where, request: dict[str, int],
-                    changes: list[Change]) -> list[ReplicaPlacement] | Miss:
+                    changes: list[Change], quiet: bool) -> list[ReplicaPlacement] | Miss:
         flavors = self.flavor_order(need)
         if not flavors:
             return self._no_flavor(need)
@@ -160,7 +165,7 @@ class Round:
             if got is None:
                 self.cap.undo(sub, taken=True)
                 if miss is None or not miss.is_capacity:
-                    miss = explain(self.cap, fx, need, where)
+                    miss = QUIET_MISS if quiet else explain(self.cap, fx, need, where)
                 continue
             changes.extend(sub)
             request.clear()
@@ -206,12 +211,12 @@ class Round:
         flavors = self.flavor_order(needs[0])
         return bool(flavors) and all(needs[0].is_multi_node(self.cap.flavors[f]) for f in flavors)
 
-    def _place_in_one(self, wl: WorkloadSpec, needs: list[Need], candidates: list[Where], level: str
-                      ) -> Placed | Miss:
+    def _place_in_one(self, wl: WorkloadSpec, needs: list[Need], candidates: list[Where], level: str,
+                      quiet: bool) -> Placed | Miss:
         """Topology required for a mixed gang: try each rack (or node), tightest first."""
         first: Miss | None = None
         for where in candidates:
-            got = self.place_where(wl, needs, where)
+            got = self.place_where(wl, needs, where, quiet)
             if isinstance(got, Placed):
                 return got
             if not got.is_capacity:
