@@ -138,7 +138,7 @@ def best_fit_node(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> N
         return None
     if where.node is not None or where.rack is not None:
         pool = [where.node] if where.node is not None else [cap.nodes[r] for r in fx.rack_nodes.get(where.rack, ())]
-        fits = [n for n in pool if n.schedulable and n.whole >= g and where.allows(n, need)]
+        fits = [n for n in pool if n.flavor == fx.name and n.schedulable and n.whole >= g and where.allows(n, need)]
         return min(fits, key=lambda n: (n.whole, n.rank), default=None)
     for k in range(g, len(fx.buckets)):
         first = None

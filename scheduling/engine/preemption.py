@@ -31,7 +31,7 @@ class Preemptor:
         self.eligible = sorted(
             (rw for rw in rnd.snap.running if rw.preemptible and not rw.preempting), key=lambda rw: rw.id
         )
-        self.stopping = [rw for rw in rnd.snap.running if rw.preempting]
+        self.stopping = sorted((rw for rw in rnd.snap.running if rw.preempting), key=lambda rw: rw.id)
         # Running workloads that borrow, per cohort: the only victims a reclaim may pick, found
         # without scanning the whole running set for every blocked workload.
         self.borrowers: dict[str, list[RunningWorkload]] = {}

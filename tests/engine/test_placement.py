@@ -171,3 +171,23 @@ def test_the_callers_snapshot_is_not_mutated():
     schedule(snap)
     assert all(g.free_milli == 1000 for g in snap.nodes[0].gpus)
     assert snap.queues["q"].usage == {}
+
+
+def test_accepted_products_filter_nodes():
+    b = SnapshotBuilder().queue("q").node("n1", product="H100-PCIe").node("n2", product="H100-SXM")
+    b.use("n1", 0, 1).use("n2", 0)  # n1 is the tighter fit, but the job accepts only SXM
+    got = admitted(schedule(b.job(1, "j", gpus=1, products=("H100-SXM",)).build()))[1]
+    assert nodes_of(got) == ["n2"]
+
+
+def test_node_topology_required_keeps_all_replicas_on_one_node():
+    b = SnapshotBuilder().queue("q").nodes("n1", "n2").use("n1", 0, 1, 2, 3, 4).use("n2", 0, 1)
+    got = admitted(schedule(b.job(1, "j", replicas=3, gpus=2, topology=Topology.NODE, required=True).build()))[1]
+    assert {p.node for p in got.placements} == {"n2"}
+
+
+def test_node_topology_required_without_a_big_enough_node_is_no_topology_fit():
+    b = SnapshotBuilder().queue("q").nodes("n1", "n2").use("n1", 0, 1, 2, 3, 4).use("n2", 0, 1, 2, 3, 4)
+    p = pending(schedule(b.job(1, "j", replicas=2, gpus=2, topology=Topology.NODE, required=True).build()))[1]
+    assert p.reason == PendingReason.NO_TOPOLOGY_FIT
+    assert "in one node (required)" in p.message

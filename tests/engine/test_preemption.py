@@ -123,3 +123,19 @@ def test_carried_reservation_is_kept_for_its_preemptor():
     assert nodes_of(admitted(result)[2]) == ["n1"]
     assert pending(result)[1].reason == PendingReason.RESERVED_FOR_HIGHER_PRIORITY
     assert result.reservations == {}
+
+
+def test_may_preempt_over_quota_preempts_its_own_queues_lower_priority_work():
+    b = SnapshotBuilder().queue("q", 8).nodes("n1", "n2")
+    b.running(10, "mine-low", {"n1": ALL}, queue="q", priority=0)
+    result = schedule(b.job(1, "mine-high", queue="q", priority=50, gpus=8, may_preempt=True).build())
+    assert [(p.victim_id, p.reason) for p in result.preemptions] == [(10, PreemptionReason.PRIORITY)]
+    assert pending(result)[1].reason == PendingReason.WAITING_FOR_PREEMPTION
+
+
+def test_each_victim_is_preempted_for_one_preemptor_only():
+    b = SnapshotBuilder().queue("q").node("n1").running(10, "low", {"n1": ALL})
+    b.job(1, "first", priority=60, gpus=8, may_preempt=True).job(2, "second", priority=50, gpus=8, may_preempt=True)
+    result = schedule(b.build())
+    assert [(p.victim_id, p.preemptor_id) for p in result.preemptions] == [(10, 1)]
+    assert pending(result)[2].reason != PendingReason.WAITING_FOR_PREEMPTION
