@@ -121,7 +121,8 @@ class Reservations:
         """RESERVED_FOR_HIGHER_PRIORITY when only held GPUs stand between `wl` and a placement."""
         if not self.holds:
             return miss
-        key = (self.epoch, wl.queue, wl.topology, wl.topology_required, tuple(n.spec for n in needs))
+        key = (self.epoch, len(self.rnd.result.admitted), wl.queue, wl.topology, wl.topology_required,
+               tuple(n.spec for n in needs))
         fits = self._verdicts.get(key)
         if fits is None:
             holds = list(self.holds.values())

@@ -31,6 +31,9 @@ class Preemptor:
         self.eligible = sorted(
             (rw for rw in rnd.snap.running if rw.preemptible and not rw.preempting), key=lambda rw: rw.id
         )
+        # A stopping victim whose preemptor is no longer pending frees GPUs for whoever is next.
+        pending_ids = {wl.id for wl in rnd.snap.pending}
+        self.orphaned = {rw.id for rw in rnd.snap.running if rw.preempting and rw.preemptor_id not in pending_ids}
         self.stopping = sorted((rw for rw in rnd.snap.running if rw.preempting), key=lambda rw: rw.id)
         # Running workloads that borrow, per cohort: the only victims a reclaim may pick, found
         # without scanning the whole running set for every blocked workload.
@@ -113,7 +116,7 @@ class Preemptor:
             if rw.id in self.stopping_claimed:
                 continue
             overlaps = any((p.node, a.index) in mine for p in rw.placements for a in p.gpus)
-            if rw.preemptor_id == wl.id or overlaps or (rw.preemptor_id is None and own is None):
+            if rw.preemptor_id == wl.id or overlaps or (rw.id in self.orphaned and own is None):
                 out.append(rw)
         return out
 

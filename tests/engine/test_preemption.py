@@ -139,3 +139,18 @@ def test_each_victim_is_preempted_for_one_preemptor_only():
     result = schedule(b.build())
     assert [(p.victim_id, p.preemptor_id) for p in result.preemptions] == [(10, 1)]
     assert pending(result)[2].reason != PendingReason.WAITING_FOR_PREEMPTION
+
+
+def test_gpus_freed_for_a_preemptor_that_left_go_to_the_next_in_line():
+    b = SnapshotBuilder().queue("q").node("n1").running(10, "stopping", {"n1": ALL}, preempting=True, preemptor=99)
+    result = schedule(b.job(1, "next", priority=5, gpus=8).build())
+    assert pending(result)[1].reason == PendingReason.WAITING_FOR_PREEMPTION
+    assert result.preemptions == []
+
+
+def test_gpus_freed_for_another_pending_preemptor_are_not_claimed():
+    b = SnapshotBuilder().queue("q").node("n1").running(10, "stopping", {"n1": ALL}, preempting=True, preemptor=2)
+    b.job(1, "bystander", priority=90, gpus=8).job(2, "owner", priority=50, gpus=8)
+    result = schedule(b.build())
+    assert pending(result)[1].reason == PendingReason.INSUFFICIENT_CAPACITY
+    assert pending(result)[2].reason == PendingReason.WAITING_FOR_PREEMPTION
