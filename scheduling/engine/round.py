@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 from .backfill import Reservations
 from .ordering import by_queue, round_order
-from .placement import Need, Where, need_of, place_pod_set
+from .placement import Kind, Need, Where, need_of, place_pod_set
 from .preemption import Preemptor
 from .quota import QuotaBook
 from .reasons import Miss, explain
-from .snapshot import Capacity, Change
+from .snapshot import Capacity, Change, FlavorIndex
 from .types import (
     Admit,
     Pending,
@@ -175,13 +175,13 @@ class Round:
         return miss
 
     @staticmethod
-    def _may_fit(fx, need: Need) -> bool:
+    def _may_fit(fx: FlavorIndex, need: Need) -> bool:
         """Counter checks that reject most hopeless requests without touching a node."""
-        if need.kind == "whole":
+        if need.kind == Kind.WHOLE:
             if need.is_multi_node(fx):
                 return fx.fully_free_nodes >= need.replicas
             return fx.free_whole >= need.replicas * need.gpus and fx.max_whole_on_node() >= need.gpus
-        if need.kind == "share":
+        if need.kind == Kind.SHARE:
             return bool(fx.shares) and fx.shares[-1][0] >= need.milli
         return bool(fx.mig_gpus)
 
