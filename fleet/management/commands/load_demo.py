@@ -15,6 +15,11 @@ class Command(BaseCommand):
             f"{fleet.removed} removed"
         )
         self.stdout.write(f"Other demo objects created: {len(result.created)}")
+        from scheduling.quota_requests.demo import load as quota_demo_load
+
+        quotas = quota_demo_load()
+        self.stdout.write(f"Quota usage samples: {quotas.samples}; open quota request: "
+                          f"{f'#{quotas.request.pk}' if quotas.request else 'already there'}")
         self.stdout.write("Demo logins:")
         for login in DEMO_LOGINS:
             team = f" ({login.team})" if login.team else ""

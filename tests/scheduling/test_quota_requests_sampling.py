@@ -1,0 +1,152 @@
+"""Usage sampling, sizing signals, charts, the beat tasks and the demo data."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from fleet.models import Gpu
+from scheduling.choices import QuotaRequestState as S
+from scheduling.choices import WorkloadState
+from scheduling.models import Allocation, PodSet, PriorityClass, QueueUsageSample, QuotaRequest, Workload
+from scheduling.quota_requests import charts, selectors, services, tasks
+
+from .quota_fixtures import *  # noqa: F403
+
+NOW = dt.datetime(2025, 3, 10, 12, 7, 30, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def running(research_queue, h100):
+    pc = PriorityClass.objects.create(name="normal", value=10)
+    w = Workload.objects.create(name="train", team=research_queue.team, queue=research_queue, priority_class=pc,
+                                state=WorkloadState.RUNNING)
+    ps = PodSet.objects.create(workload=w, name="main", replicas=1, gpus_per_replica=3, flavor=h100)
+    for gpu in Gpu.objects.filter(node__flavor=h100).order_by("pk")[:3]:
+        Allocation.objects.create(workload=w, pod_set=ps, replica=0, gpu=gpu, node=gpu.node)
+    waiting = Workload.objects.create(name="next", team=research_queue.team, queue=research_queue, priority_class=pc)
+    PodSet.objects.create(workload=waiting, name="main", replicas=2, gpus_per_replica=4, flavor=h100)
+    return w
+
+
+def test_a_sample_is_written_per_queue_and_flavor_once_per_slot(running, research_queue, other_queue, h100):
+    assert services.quota_usage_sample(now=NOW) == 2
+    row = QueueUsageSample.objects.get(queue=research_queue, flavor=h100)
+    assert row.at == NOW.replace(minute=5, second=0)
+    assert (row.nominal, row.in_use, row.pending_demand, row.utilised) == (8, 3, 8, 0.0)
+    assert services.quota_usage_sample(now=NOW + dt.timedelta(minutes=2)) == 0
+    assert services.quota_usage_sample(now=NOW + dt.timedelta(minutes=3)) == 2
+
+
+def test_a_registered_utilisation_source_fills_utilised(running, research_queue, h100):
+    seen = {}
+
+    def source(gpus, now):
+        seen.update(gpus)
+        return {key: 0.5 * len(held) for key, held in gpus.items()}
+
+    services.register_utilisation_source(source)
+    try:
+        services.quota_usage_sample(now=NOW)
+    finally:
+        services.register_utilisation_source(None)
+    assert len(seen[(research_queue.pk, h100.pk)]) == 3
+    assert QueueUsageSample.objects.get(queue=research_queue, flavor=h100).utilised == 1.5
+
+
+def test_old_samples_are_pruned(research_queue, h100):
+    QueueUsageSample.objects.create(queue=research_queue, flavor=h100, at=NOW - dt.timedelta(days=41), nominal=8,
+                                    in_use=1)
+    services.quota_usage_sample(now=NOW)
+    assert not QueueUsageSample.objects.filter(at__lt=NOW - dt.timedelta(days=40)).exists()
+
+
+def week_of(queue, flavor, *, nominal, in_use, utilised=0.0, pinned_every=None, end=NOW):
+    rows = []
+    for i in range(7 * 24):
+        at = end - dt.timedelta(hours=i)
+        use = nominal if pinned_every and i % pinned_every == 0 else in_use
+        rows.append(QueueUsageSample(queue=queue, flavor=flavor, at=at, nominal=nominal, in_use=use,
+                                     utilised=utilised))
+    QueueUsageSample.objects.bulk_create(rows)
+
+
+def test_sizing_signals_flag_pinned_and_over_provisioned_queues(research_queue, other_queue, h100,
+                                                                django_assert_num_queries):
+    week_of(research_queue, h100, nominal=8, in_use=5, pinned_every=2)  # pinned half the time
+    week_of(other_queue, h100, nominal=10, in_use=1, utilised=0.5)  # 10 % used
+    with django_assert_num_queries(3):
+        signals = selectors.sizing_signals(now=NOW)
+    assert [(s.team.name, s.kind) for s in signals] == [("research", "pinned"), ("inference", "over-provisioned")]
+    assert signals[0].advice == "pinned — consider resizing"
+    assert signals[0].stats.pinned_share == pytest.approx(0.5)
+
+
+def test_a_queue_pinned_less_than_half_the_time_is_not_flagged(research_queue, h100):
+    week_of(research_queue, h100, nominal=8, in_use=5, pinned_every=3)
+    assert selectors.sizing_signals(now=NOW) == []
+
+
+def test_review_context_reports_the_week(filed, research_queue, h100):
+    week_of(research_queue, h100, nominal=8, in_use=4, utilised=2.0, pinned_every=4)
+    ctx = selectors.review_contexts([filed], now=NOW)[filed.pk]
+    assert ctx.stats.mean_in_use == pytest.approx(5.0)
+    assert ctx.stats.mean_utilised == pytest.approx(2.0)
+    assert ctx.stats.pinned_share == pytest.approx(0.25)
+
+
+def test_the_sizing_include_renders(client, operator, research_queue, h100):
+    week_of(research_queue, h100, nominal=8, in_use=8, end=timezone.now())
+    client.force_login(operator)
+    body = client.get("/scheduling/quota-requests/").content.decode()
+    assert "pinned — consider resizing" in body
+
+
+def test_the_usage_figure_has_every_series():
+    points = [selectors.HourPoint(at=NOW, nominal=8, in_use=6, utilised=4, borrowed=0, lent=1, pending_demand=2)]
+    fig = charts.usage_history_figure(points, flavor_name="H100", days=7)
+    assert [t.name for t in fig.data] == [label for _, label, _, _ in charts.SERIES]
+    assert list(fig.data[1].y) == [6]
+    assert "H100: last 7 days" in fig.layout.title.text
+
+
+def test_the_beat_schedule_runs_both_tasks():
+    tasks_named = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert {tasks.quota_usage_sample_task.name, tasks.quota_requests_tick_task.name} <= tasks_named
+
+
+def test_the_tick_task_applies_due_requests(filed, operator, research_queue, h100):
+    from core.actors import Actor
+
+    QuotaRequest.objects.filter(pk=filed.pk).update(starts_on=timezone.localdate() + dt.timedelta(days=1))
+    filed.refresh_from_db()
+    services.quota_request_approve(actor=Actor.for_user(operator), quota_request=filed)
+    QuotaRequest.objects.filter(pk=filed.pk).update(starts_on=timezone.localdate())
+    assert tasks.quota_requests_tick_task() == {"applied": [filed.pk], "expired": []}
+    filed.refresh_from_db()
+    assert filed.state == S.APPLIED
+
+
+def test_the_sample_task_writes_samples(research_queue):
+    tasks.quota_usage_sample_task()
+    assert QueueUsageSample.objects.filter(queue=research_queue).exists()
+
+
+def test_the_demo_adds_history_and_one_open_request_once(db, django_capture_on_commit_callbacks):
+    from fleet.demo import H100_FLAVOR, demo_load
+    from scheduling.quota_requests import demo
+
+    demo_load()
+    first = demo.load(now=NOW)
+    assert first.request is not None and first.request.state == S.SUBMITTED
+    assert first.request.requested_by.username == "alice"
+    assert first.request.flavor.name == H100_FLAVOR
+    assert first.samples > 9 * 6 * 24 * 6
+    again = demo.load(now=NOW)
+    assert (again.samples, again.request) == (0, None)
+    kinds = {(s.team.name, s.flavor.name): s.kind for s in selectors.sizing_signals(now=NOW)}
+    assert kinds[("research", H100_FLAVOR)] == "pinned"
+    assert kinds[("evaluation", H100_FLAVOR)] == "over-provisioned"
+    assert ("inference", H100_FLAVOR) not in kinds
