@@ -166,11 +166,13 @@ def executor_tick(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None)
 
 def _apply(report: ExecutorReport, workload: Workload, actor: Actor, now: datetime, summary: TickSummary) -> None:
     if report.stopped:
+        # A job that checkpointed on its way out left its GPUs when the checkpoint was written.
         checkpoint = (report.checkpoint_at, report.checkpoint_step or 0) if report.checkpoint_at else None
-        if workload_preemption_finish(
-            workload=workload, actor=actor, now=now, hard=False, checkpoint=checkpoint
-        ).stopped:
-            summary.preemptions_done += 1
+        left_at = min(report.checkpoint_at, now) if report.checkpoint_at else now
+        outcome = workload_preemption_finish(
+            workload=workload, actor=actor, now=left_at, hard=False, checkpoint=checkpoint
+        )
+        summary.preemptions_done += outcome.stopped
         return
     if report.finished:
         if workload_finish(
