@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
@@ -216,9 +216,11 @@ def _clean_message(rest: str, repeated: bool) -> str:
     return rest
 
 
-def _xid_events(number: int, text: str, raw: str, meta: _Prefix, repeat: int) -> list[KernelEvent]:
+def _xid_events(number: int, text: str, raw: str, meta_of: Callable[[], _Prefix], repeat: int) -> list[KernelEvent]:
     events = []
+    meta: _Prefix | None = None
     for match in _XID.finditer(text):
+        meta = meta or meta_of()
         xid = int(match["xid"])
         pid, name, message = _pid_name(match["rest"])
         message = _clean_message(message, repeat > 1)
@@ -236,7 +238,12 @@ def _xid_events(number: int, text: str, raw: str, meta: _Prefix, repeat: int) ->
     return events
 
 
-def _other_event(number: int, text: str, raw: str, meta: _Prefix, repeat: int) -> KernelEvent | None:
+def _other_event(
+    number: int, text: str, raw: str, meta_of: Callable[[], _Prefix], repeat: int
+) -> KernelEvent | None:
+    if "fallen off the bus" not in text and "GPU at" not in text and "SXid" not in text:
+        return None
+    meta = meta_of()
     common = {"line": number, "raw": raw, "timestamp": meta.timestamp, "at": meta.at, "uptime_s": meta.uptime_s,
               "host": meta.host, "repeat": repeat}
     if match := _FALLEN_ONE_LINE.search(text):
@@ -273,28 +280,34 @@ class _Parser:
         self.last_event_line = -1
 
     def feed(self, number: int, line: str) -> None:
-        if "NVRM" not in line and "SXid" not in line:
-            if "repeated" in line and self.last_event_line == number - 1:
-                self._last_message_repeated(number, line)
-            self._expire(number)
-            return
+        """One candidate line (it mentions NVRM or SXid); everything else went through `other`."""
+        if self.pending is not None and number - self.pending.line >= _FALLEN_LOOKAHEAD:
+            self.pending = None
         raw = line.rstrip("\r\n")
-        text, envelope = _unwrap_json(raw, self.assume_tz)
+        text, envelope = _unwrap_json(raw, self.assume_tz) if "{" in raw else (raw, None)
+        if "Xid" not in text and "GPU" not in text and self.pending is None:
+            return  # driver chatter such as "NVRM: loading NVIDIA UNIX x86_64 Kernel Module"
         repeat = 1
         if "repeated" in text and (rep := _REPEATED.search(text)):
             repeat = int(rep["n"])
         if self._fallen(number, text, raw, envelope, repeat):
             return
-        nvrm = text.find("NVRM")
-        cut = nvrm if nvrm >= 0 else text.find("nvidia-nvswitch")
-        meta = _merge(_parse_prefix(text[: max(cut, 0)], self.assume_tz, self.year), envelope)
-        found = _xid_events(number, text, raw, meta, repeat) if "Xid" in text else []
-        if not found and (other := _other_event(number, text, raw, meta, repeat)) is not None:
+        found = _xid_events(number, text, raw, lambda: self._meta(text, envelope), repeat) if "Xid" in text else []
+        if not found and (other := _other_event(number, text, raw, lambda: self._meta(text, envelope), repeat)):
             found = [other]
         if found:
             self.events.extend(found)
             self.last_event_line = number
-        self._expire(number)
+
+    def other(self, number: int, line: str) -> None:
+        if self.last_event_line == number - 1 and "repeated" in line:
+            self._last_message_repeated(number, line)
+
+    def _meta(self, text: str, envelope: _Prefix | None) -> _Prefix:
+        # Only lines that turned out to be events pay for prefix parsing.
+        nvrm = text.find("NVRM")
+        cut = nvrm if nvrm >= 0 else text.find("nvidia-nvswitch")
+        return _merge(_parse_prefix(text[: max(cut, 0)], self.assume_tz, self.year), envelope)
 
     def _fallen(self, number: int, text: str, raw: str, envelope: _Prefix | None, repeat: int) -> bool:
         """Track the three-line "fallen off the bus" message; True when the line belonged to it."""
@@ -319,10 +332,6 @@ class _Parser:
             self.last_event_line = number
         return True
 
-    def _expire(self, number: int) -> None:
-        if self.pending is not None and number - self.pending.line >= _FALLEN_LOOKAHEAD:
-            self.pending = None
-
     def _last_message_repeated(self, number: int, line: str) -> None:
         match = _LAST_REPEATED.search(line)
         if match is None:
@@ -340,8 +349,13 @@ class _Parser:
 def parse_lines(lines: Iterable[str], *, assume_tz: tzinfo = UTC, year: int | None = None) -> list[KernelEvent]:
     """All NVRM fault events in `lines`, in order."""
     parser = _Parser(assume_tz, year)
+    feed, other = parser.feed, parser.other
     for number, line in enumerate(lines, start=1):
-        parser.feed(number, line)
+        # The cheap substring test is the whole cost for the vast majority of lines.
+        if "NVRM" in line or "SXid" in line:
+            feed(number, line)
+        else:
+            other(number, line)
     return parser.events
 
 

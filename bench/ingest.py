@@ -1,0 +1,257 @@
+"""Ingest benchmark: DCGM exposition and kernel-log parsing, ours vs naive baselines, side by side.
+
+    .venv/bin/python bench/ingest.py                       # 1,000 nodes x 8 GPUs, 200,000 kernel-log lines
+    .venv/bin/python bench/ingest.py --nodes 200 --log-lines 50000
+    .venv/bin/python bench/ingest.py --store               # also time the Django store path (see STORE_HOOK)
+
+DCGM: one exposition payload per node (8 GPUs x 43 metrics with dcgm-exporter's names and labels, pods on
+some GPUs, a blank sentinel per GPU). "GPU-samples" are GPU readings (one GPU at one scrape); metric samples
+are exposition lines. Columns: ours = health.core.dcgm.parse_exposition (prometheus_client's parser with the
+label cache); prometheus_client plain = the same without the cache; naive regex = one regex per line, no
+escapes, no sentinels, no HELP/TYPE checks (fast and wrong on edge cases).
+Kernel log: noise lines mixed with Xid lines in every prefix format plus near misses (SXid, _kgspLogXid119).
+ours = health.core.kernel_log.parse_lines; naive = one big regex on every line, no pre-filter.
+Times are process CPU time (time.process_time), so a busy shared machine does not distort the comparison.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import random
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import prometheus_client.parser as prom_parser  # noqa: E402
+
+from health.core import dcgm, kernel_log  # noqa: E402
+
+# Contract for the Django store path, implemented by the health app (not here):
+#   store_payloads(payloads: Sequence[tuple[str, str]], *, now: datetime) -> int
+#   payloads are (node_name, exposition_text) with node names bench-0000...; the function prepares
+#   whatever rows it needs, stores every reading through the real ingest service, and returns the
+#   number of GPU readings stored.
+STORE_HOOK = "health.bench_store:store_payloads"
+
+GAUGES = [
+    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL",
+    "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_RETIRED_DBE", "DCGM_FI_DEV_RETIRED_PENDING",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
+    "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_EXP_XID_ERRORS_COUNT",
+]
+COUNTERS = [
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_POWER_VIOLATION", "DCGM_FI_DEV_THERMAL_VIOLATION",
+    "DCGM_FI_DEV_SYNC_BOOST_VIOLATION", "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION", "DCGM_FI_DEV_LOW_UTIL_VIOLATION",
+    "DCGM_FI_DEV_RELIABILITY_VIOLATION",
+]
+H100_BUSES = ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
+
+
+def _value(rng: random.Random, name: str) -> str:
+    if name == "DCGM_FI_DEV_MEMORY_TEMP":
+        return "9223372036854775794"  # NOT_SUPPORTED sentinel, as on the dcgm-exporter README
+    if name.startswith("DCGM_FI_PROF_"):
+        return f"{rng.random():.6f}"
+    if name == "DCGM_FI_DEV_POWER_USAGE":
+        return f"{rng.uniform(80, 700):.6f}"
+    return str(rng.randint(0, 90000))
+
+
+def node_payload(node: int, rng: random.Random) -> str:
+    host = f"bench-{node:04d}"
+    lines: list[str] = []
+    labels = []
+    for gpu, bus in enumerate(H100_BUSES):
+        uuid = f"GPU-{node:08x}-{gpu:04x}-4cc8-97e4-e817{rng.getrandbits(24):06x}"
+        base = (f'gpu="{gpu}",UUID="{uuid}",pci_bus_id="00000000:{bus}:00.0",device="nvidia{gpu}",'
+                f'modelName="NVIDIA H100 80GB HBM3",Hostname="{host}",DCGM_FI_DRIVER_VERSION="565.57.01"')
+        if gpu < 6:
+            base += f',container="trainer",namespace="team-{node % 7}",pod="train-{node}-{gpu // 2}"'
+        labels.append(base)
+    for name in GAUGES + COUNTERS:
+        lines.append(f"# HELP {name} {name.lower().replace('_', ' ')}.")
+        lines.append(f"# TYPE {name} {'counter' if name in COUNTERS else 'gauge'}")
+        for label in labels:
+            lines.append(f"{name}{{{label}}} {_value(rng, name)}")
+    return "\n".join(lines) + "\n"
+
+
+_NAIVE_SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)\{(.*)\}\s+(\S+)$')
+_NAIVE_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def naive_dcgm(text: str) -> int:
+    """Baseline: regex per line into {uuid: {metric: value}}; returns the GPU count."""
+    gpus: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        match = _NAIVE_SAMPLE.match(line)
+        if match is None:
+            continue
+        labels = dict(_NAIVE_LABEL.findall(match.group(2)))
+        gpus.setdefault(labels.get("UUID", ""), {})[match.group(1)] = float(match.group(3))
+    return len(gpus)
+
+
+def ours_dcgm(text: str) -> int:
+    return len(dcgm.parse_exposition(text))
+
+
+def plain_prometheus_dcgm(text: str) -> int:
+    cached = prom_parser.parse_labels
+    prom_parser.parse_labels = getattr(cached, "__wrapped__", cached)
+    try:
+        return len(dcgm.parse_exposition(text))
+    finally:
+        prom_parser.parse_labels = cached
+
+
+def time_payloads(fn: Callable[[str], int], payloads: Sequence[str]) -> tuple[float, int, list[float]]:
+    latencies = []
+    gpus = 0
+    started = time.process_time()
+    for text in payloads:
+        t0 = time.process_time()
+        gpus += fn(text)
+        latencies.append(time.process_time() - t0)
+    return time.process_time() - started, gpus, latencies
+
+
+NOISE = [
+    "[ {t:.6f}] usb 1-1: new high-speed USB device number 2 using xhci_hcd",
+    "[ {t:.6f}] mlx5_core 0000:{b}:00.0: mlx5_cmd_out_err:838: QUERY_HCA_CAP(0x100) op_mod(0x0) failed",
+    "May  7 09:01:02 {h} systemd[1]: Started Session 42 of user root.",
+    "May  7 09:01:02 {h} kernel: [ {t:.6f}] EXT4-fs (nvme0n1p2): mounted filesystem with ordered data mode.",
+    "2024-05-07T09:01:02.123456+00:00 {h} kernel: audit: type=1400 audit({t:.3f}:7): apparmor=\"STATUS\"",
+    "May  7 09:01:02 {h} kubelet[2211]: I0507 09:01:02.123 4112 kubelet.go:2412] SyncLoop (PLEG)",
+    "[ {t:.6f}] eth0: renamed from veth3f2a1b9",
+    "May  7 09:01:02 {h} containerd[1022]: time=\"2024-05-07T09:01:02Z\" level=info msg=\"StartContainer\"",
+]
+# Lines a sloppy matcher mistakes for Xids; they make up `near_miss_share` of the log.
+NEAR_MISSES = [
+    "[ {t:.6f}] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  565.57.01  Thu Oct 10 12:29:05 UTC 2024",
+    "[ {t:.6f}] nvidia-nvswitch2: SXid (PCI:0000:{b}:00.0): 24007, Severity 1 Engine instance 12",
+    "[ {t:.6f}] NVRM: _kgspLogXid119: ******************** GSP Timeout ********************",
+    "[ {t:.6f}] NVRM: GPU0 _kgspRpcGspEventPmuHalted: Received signal from GSP that PMU has halted.",
+]
+XID_LINES = [
+    "[ {t:.6f}] NVRM: Xid (PCI:0000:{b}:00): 79, pid=0, GPU has fallen off the bus.",
+    "[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:{b}:00): 13, pid='<unknown>', name=<unknown>, Graphics SM",
+    "May  7 09:01:02 {h} kernel: [ {t:.6f}] NVRM: Xid (PCI:0000:{b}:00): 48, pid='<unknown>', name=<unknown>, DBE",
+    "2024-05-07T09:01:02.123456+00:00 {h} kernel: NVRM: Xid (PCI:0000:{b}:00): 119, pid=1, name=python, Timeout",
+    '{{"log":"NVRM: Xid (PCI:0000:{b}:00): 31, pid=7, name=a, MMU Fault\\n","time":"2024-05-07T09:01:02Z"}}',
+    "NVRM: Xid (0000:{b}:00): 13, 0001 00000000 0000a097",
+]
+
+
+def kernel_log_lines(
+    count: int, rng: random.Random, xid_share: float = 0.01, near_miss_share: float = 0.02
+) -> list[str]:
+    lines = []
+    for _ in range(count):
+        draw = rng.random()
+        pool = XID_LINES if draw < xid_share else NEAR_MISSES if draw < xid_share + near_miss_share else NOISE
+        template = rng.choice(pool)
+        lines.append(template.format(t=rng.uniform(1, 900000), b=rng.choice(H100_BUSES).lower(), h="gpu-017"))
+    return lines
+
+
+_NAIVE_XID = re.compile(r"Xid.*?\((?:PCI:)?([0-9A-Fa-f:.]+)\):\s*(\d+),?\s*(.*)")
+
+
+def naive_kernel_log(lines: Sequence[str]) -> int:
+    """Baseline: one big regex on every line, no pre-filter (and no idea what an SXid is)."""
+    return sum(1 for line in lines if _NAIVE_XID.search(line))
+
+
+def ours_kernel_log(lines: Sequence[str]) -> int:
+    return sum(1 for event in kernel_log.parse_lines(lines) if event.kind == kernel_log.KIND_XID)
+
+
+def _ms(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1] * 1000 if len(values) > 1 else values[0] * 1000
+
+
+def bench_dcgm(nodes: int, rng: random.Random) -> list[tuple[str, str]]:
+    print(f"generating DCGM payloads: {nodes} nodes x 8 GPUs x {len(GAUGES) + len(COUNTERS)} metrics ...")
+    texts = [node_payload(n, rng) for n in range(nodes)]
+    samples = sum(text.count("\n") for text in texts) - nodes * 2 * (len(GAUGES) + len(COUNTERS))
+    rows = []
+    for label, fn in (("ours (prometheus_client + label cache)", ours_dcgm),
+                      ("prometheus_client plain", plain_prometheus_dcgm),
+                      ("naive regex per line (baseline)", naive_dcgm)):
+        seconds, gpus, latencies = time_payloads(fn, texts)
+        rows.append((label, gpus / seconds, samples / seconds, _ms(latencies, 50), _ms(latencies, 99), gpus))
+    print(f"\nDCGM exposition: {nodes} payloads, {samples:,} metric samples")
+    print(f"{'parser':42} {'GPU-samples/s':>14} {'metric samples/s':>17} {'p50 ms/payload':>15} "
+          f"{'p99 ms/payload':>15} {'GPUs':>7}")
+    for label, gps, mps, p50, p99, gpus in rows:
+        print(f"{label:42} {gps:14,.0f} {mps:17,.0f} {p50:15.2f} {p99:15.2f} {gpus:7,}")
+    return [(f"bench-{n:04d}", text) for n, text in enumerate(texts)]
+
+
+def bench_kernel_log(count: int, rng: random.Random) -> None:
+    lines = kernel_log_lines(count, rng)
+    rows = []
+    for label, fn in (("ours (pre-filter + regex)", ours_kernel_log),
+                      ("naive: one regex on every line (baseline)", naive_kernel_log)):
+        started = time.process_time()
+        found = fn(lines)
+        rows.append((label, count / (time.process_time() - started), found))
+    true_xids = sum(1 for line in lines if "NVRM: Xid" in line)
+    print(f"\nKernel log: {count:,} lines, {true_xids:,} real Xid lines (plus SXid / _kgspLogXid119 near misses)")
+    print(f"{'parser':42} {'lines/s':>14} {'Xids reported':>14}")
+    for label, rate, found in rows:
+        print(f"{label:42} {rate:14,.0f} {found:14,}")
+
+
+def bench_store(payloads: list[tuple[str, str]]) -> int:
+    module_name, _, function_name = STORE_HOOK.partition(":")
+    try:
+        import django
+
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+        django.setup()
+        store = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        print(f"\n--store: the Django store path {STORE_HOOK} is not importable ({exc}).")
+        print("Hint: the health app provides store_payloads(payloads, *, now) -> int; see STORE_HOOK in this file.")
+        return 2
+    started = time.process_time()
+    stored = store(payloads, now=datetime.now(UTC))
+    seconds = time.process_time() - started
+    print(f"\nStore path ({STORE_HOOK}): {stored:,} GPU readings in {seconds:.2f} s = "
+          f"{stored / seconds:,.0f} GPU-samples/s, {seconds / len(payloads) * 1000:.2f} ms per node payload")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--log-lines", type=int, default=200_000)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--store", action="store_true", help=f"also time the Django store path ({STORE_HOOK})")
+    args = parser.parse_args(argv)
+    if args.nodes < 2 or args.log_lines < 1:
+        parser.error("--nodes must be at least 2 and --log-lines at least 1")
+    rng = random.Random(args.seed)
+    payloads = bench_dcgm(args.nodes, rng)
+    bench_kernel_log(args.log_lines, rng)
+    return bench_store(payloads) if args.store else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
