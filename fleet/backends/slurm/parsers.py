@@ -173,6 +173,13 @@ class NodeState:
         return self.base in {"DOWN", "ERROR"} or not self.responding or "FAIL" in self.flags
 
     @property
+    def failed(self) -> bool:
+        """Slurm has given up on the node: DOWN (after SlurmdTimeout, or set by an admin), ERROR
+        or FAIL. A bare NOT_RESPONDING (`idle*`) is not enough: Slurm shows it for a few seconds
+        after every RESUME, and for a missed ping before it decides the node is down."""
+        return self.base in {"DOWN", "ERROR"} or "FAIL" in self.flags
+
+    @property
     def busy(self) -> bool:
         return self.base in {"ALLOCATED", "MIXED"}
 
