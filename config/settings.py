@@ -180,7 +180,28 @@ FLEETDECK = {
     # (1.0: never beyond capacity) unless the operator ticks "override", which is audited.
     "QUOTA_OVERSUBSCRIPTION_MAX": float(env_str("QUOTA_OVERSUBSCRIPTION_MAX", "1.0")),
     "NODE_STALE_SECONDS": env_int("NODE_STALE_SECONDS", 120),
+    # Slurm back-end (fleet/backends/slurm): inventory sync, drain/resume mirroring, executor.
+    "SLURM_ENABLED": env_bool("SLURM_ENABLED", False),
+    "SLURM_SYNC_SECONDS": env_int("SLURM_SYNC_SECONDS", 30),
+    "SLURM_BIN_DIR": env_str("SLURM_BIN_DIR", ""),
+    "SLURM_CONF": env_str("SLURM_CONF", ""),
+    "SLURM_COMMAND_TIMEOUT": env_int("SLURM_COMMAND_TIMEOUT", 10),
+    "SLURM_CLUSTER_NAME": env_str("SLURM_CLUSTER_NAME", ""),
+    "SLURM_PARTITION": env_str("SLURM_PARTITION", ""),
+    "SLURM_DEFAULT_FLAVOR": env_str("SLURM_DEFAULT_FLAVOR", "H100-SXM-80GB"),
+    # GRES type -> flavor name, e.g. "hopper=H100-SXM-80GB,a100=A100-SXM-40GB".
+    "SLURM_GRES_FLAVORS": dict(i.split("=", 1) for i in env_list("SLURM_GRES_FLAVORS", []) if "=" in i),
+    # What a Slurm job runs per replica, its shared directory, and where it reports progress.
+    "SLURM_JOB_COMMAND": env_str("SLURM_JOB_COMMAND", ""),
+    "SLURM_JOB_DIR": env_str("SLURM_JOB_DIR", str(VAR_DIR / "slurm-jobs")),
+    "SLURM_HEARTBEAT_BASE_URL": env_str("SLURM_HEARTBEAT_BASE_URL", "http://127.0.0.1:8000"),
 }
+if FLEETDECK["SLURM_ENABLED"]:
+    CELERY_BEAT_SCHEDULE["slurm_inventory_sync"] = {
+        "task": "fleet.slurm_inventory_sync",
+        "schedule": float(FLEETDECK["SLURM_SYNC_SECONDS"]),
+    }
+    CELERY_IMPORTS = [*CELERY_IMPORTS, "fleet.backends.slurm.tasks"]
 # Every PLACEMENT_ROUND_SECONDS (2 s): a placement round, and a simulated-executor tick (progress,
 # checkpoints, completions, preemption deadlines). Submissions and finishes also trigger a round.
 CELERY_BEAT_SCHEDULE["placement_round"] = {
