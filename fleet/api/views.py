@@ -64,7 +64,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     def get_serializer_class(self):
         return NodeSerializer if self.action == "list" else NodeDetailSerializer
 
-    def _transition(self, request, service, name):
+    def _transition(self, request, service):
         node = self.get_object()
         payload = CordonInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
@@ -92,7 +92,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     )
     @action(detail=True, methods=["post"], permission_classes=[IsOperator])
     def cordon(self, request, name=None):
-        return self._transition(request, node_cordon, name)
+        return self._transition(request, node_cordon)
 
     @extend_schema(
         summary="Uncordon a node",
@@ -109,7 +109,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     )
     @action(detail=True, methods=["post"], permission_classes=[IsOperator])
     def uncordon(self, request, name=None):
-        return self._transition(request, node_uncordon, name)
+        return self._transition(request, node_uncordon)
 
 
 @extend_schema_view(
