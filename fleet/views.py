@@ -36,6 +36,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     context = {
         "data": data,
         "capacity_chart": charts.figure_div(charts.capacity_figure(data.flavors), "capacity-chart"),
+        "rack_grid": charts.rack_grid_html(data.racks),
         "gpu_legend": GpuStatus.LEGEND,
         "state_legend": [(NodeState(s).label, color) for s, color in NODE_STATE_COLORS.items()],
     }

@@ -317,3 +317,13 @@ def test_a_node_in_repair_offers_no_action_and_a_forced_post_shows_the_services_
     assert response.status_code == 400
     assert "only the health workflow" in response.content.decode()
     assert Node.objects.get(name="h3").state == NodeState.IN_REPAIR
+
+
+def test_rack_grid_escapes_names_and_links_each_node(db):
+    rack = Rack.objects.create(name="r<1>")
+    flavor = GpuFlavor.objects.create(name="L40S", product="NVIDIA L40S", memory_mib=46068)
+    add_nodes(flavor, rack, ['gpu"1<script>'], gpus=2)
+    html = charts.rack_grid_html(fleet_overview().racks)
+    assert "<script>" not in html and "r&lt;1&gt;" in html
+    assert 'href="/nodes/gpu%221%3Cscript%3E/"' in html
+    assert html.count('<i class="g idle"></i>') == 2

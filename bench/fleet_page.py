@@ -1,0 +1,224 @@
+"""Fleet overview and node list at 1,250 nodes / 10,000 GPUs: ours vs a per-node-query baseline.
+
+    .venv/bin/python bench/fleet_page.py [--repeat 15] [--nodes 1250]
+
+Builds a throwaway database (a SQLite file in a temporary folder, or a test_ copy of the
+DATABASE_URL database), fills it with nodes, GPUs, running workloads, cordoned nodes and
+unhealthy GPUs, then requests each page N times through django.test.Client as a logged-in
+operator. Prints the median server time and the SQL query count of each, side by side with the
+baseline: the same page built the obvious way, with queries per node."""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from unittest import mock
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+TARGET_MS = 300
+
+
+def build_fleet(nodes: int) -> None:
+    from django.contrib.auth.models import Group, User
+    from django.utils import timezone
+
+    from core.roles import OPERATORS_GROUP
+    from fleet.choices import GpuHealth, NodeState
+    from fleet.models import Gpu, GpuFlavor, Node, Rack, Spine
+    from scheduling.models import Allocation, PodSet, PriorityClass, Queue, Team, Workload
+
+    now = timezone.now()
+    flavors = GpuFlavor.objects.bulk_create(
+        GpuFlavor(name=n, product=p, memory_mib=m)
+        for n, p, m in [("H100-SXM-80GB", "NVIDIA H100 80GB HBM3", 81559),
+                        ("A100-SXM-80GB", "NVIDIA A100-SXM4-80GB", 81920),
+                        ("L40S-48GB", "NVIDIA L40S", 46068)]
+    )
+    spines = Spine.objects.bulk_create(Spine(name=f"s{i}") for i in range(1, 11))
+    racks = Rack.objects.bulk_create(
+        Rack(name=f"r{i}", spine=spines[i % len(spines)]) for i in range(1, (nodes + 7) // 8 + 1)
+    )
+    Node.objects.bulk_create(
+        Node(
+            name=f"n{i}", rack=racks[i // 8], flavor=flavors[0 if i % 10 < 6 else 1 if i % 10 < 9 else 2],
+            state=NodeState.CORDONED if i % 20 == 7 else NodeState.READY,
+            cordon_reason="firmware update" if i % 20 == 7 else "",
+            cordoned_by="ops" if i % 20 == 7 else "", cordoned_at=now if i % 20 == 7 else None,
+        )
+        for i in range(nodes)
+    )
+    node_rows = list(Node.objects.values_list("id", "flavor__product", "flavor__memory_mib"))
+    Gpu.objects.bulk_create(
+        (
+            Gpu(node_id=nid, index=g, uuid=f"GPU-{nid:05d}-{g}", pci_bus_id=f"0000:{0x18 + g:02x}:00.0",
+                product=product, memory_mib=mib,
+                health=GpuHealth.UNHEALTHY if (nid * 8 + g) % 97 == 0 else GpuHealth.HEALTHY)
+            for nid, product, mib in node_rows
+            for g in range(8)
+        ),
+        batch_size=2000,
+    )
+    team = Team.objects.create(name="research")
+    queue = Queue.objects.create(name="research", team=team)
+    prio = PriorityClass.objects.create(name="batch", value=100)
+    gpu_ids = list(Gpu.objects.order_by("node_id", "index").values_list("id", flat=True))
+    # Three nodes in five busy; every seventh of those only partly (5 of 8 GPUs): fragmentation.
+    held = [gid for i, gid in enumerate(gpu_ids) if (i // 8) % 5 < 3 and ((i // 8) % 7 or i % 8 < 5)]
+    workloads = Workload.objects.bulk_create(
+        Workload(name=f"job-{i}", team=team, queue=queue, priority_class=prio, state="running")
+        for i in range((len(held) + 7) // 8)
+    )
+    pod_sets = PodSet.objects.bulk_create(
+        PodSet(workload=w, name="workers", replicas=1, gpus_per_replica=8) for w in workloads
+    )
+    Allocation.objects.bulk_create(
+        (Allocation(workload=workloads[i // 8], pod_set=pod_sets[i // 8], replica=0, gpu_id=gid)
+         for i, gid in enumerate(held)),
+        batch_size=2000,
+    )
+    user = User.objects.create_user("bench-ops", password="bench-ops-pw")
+    user.groups.add(Group.objects.create(name=OPERATORS_GROUP))
+
+
+def naive_fleet_overview():
+    """The overview written the obvious way: for each node, read its GPUs, then its allocations."""
+    from fleet import selectors
+    from fleet.models import GpuFlavor, Node
+    from scheduling.models import Allocation
+
+    capacity = {f.name: selectors.FlavorCapacity(flavor=f.name) for f in GpuFlavor.objects.all()}
+    racks: dict[str, selectors.RackRow] = {}
+    cordoned = []
+    for node in Node.objects.select_related("rack__spine", "flavor"):
+        gpus = list(node.gpus.order_by("index"))
+        allocated = set(
+            Allocation.objects.filter(gpu__node=node, released_at__isnull=True).values_list("gpu_id", flat=True)
+        )
+        rows = [(g.pk, g.index, g.health) for g in gpus]
+        cap = capacity[node.flavor.name]
+        box = selectors._node_box(node.name, node.state, node.flavor.name, rows, allocated, {}, cap)
+        racks.setdefault(node.rack.name, selectors.RackRow(node.rack.name, node.rack.spine.name)).nodes.append(box)
+        if node.state not in ("ready", "unknown"):
+            cordoned.append(selectors.CordonedNode(node.name, node.state, box.state_label, box.color,
+                                                   node.cordon_reason, node.cordoned_by, node.cordoned_at))
+    flavors = sorted(capacity.values(), key=lambda c: c.flavor)
+    total = selectors.FlavorCapacity(flavor="All")
+    for cap in flavors:
+        total.add(cap)
+    return selectors.FleetOverview(flavors, total, list(racks.values()), cordoned)
+
+
+def naive_node_list(limit: int = 500) -> bytes:
+    """GET /api/v1/nodes/ without select_related or annotations: every node reads its own
+    rack, spine, flavor and GPU counts."""
+    import json
+
+    from fleet.models import Node
+
+    items = []
+    for node in Node.objects.order_by("name")[:limit]:
+        gpus = node.gpus.all()
+        items.append({
+            "name": node.name, "rack": node.rack.name, "spine": node.rack.spine.name if node.rack.spine else None,
+            "flavor": node.flavor.name if node.flavor else None, "state": node.state,
+            "cordon_reason": node.cordon_reason, "gpu_total": gpus.count(),
+            "gpu_unhealthy": gpus.filter(health="unhealthy").count(),
+            "gpu_allocated": gpus.filter(allocations__released_at__isnull=True).distinct().count(),
+        })
+    return json.dumps({"count": Node.objects.count(), "results": items}, default=str).encode()
+
+
+def measure(fn: Callable[[], object], repeat: int) -> tuple[float, int]:
+    """Median wall time in ms over `repeat` runs after one warm-up, and the queries of one run."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    fn()
+    with CaptureQueriesContext(connection) as captured:
+        fn()
+    # Read now: the slice is taken lazily from the log, which later requests reset.
+    queries = len(captured)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times), queries
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1250)
+    parser.add_argument("--repeat", type=int, default=15, help="timed runs of ours (the baseline gets a third)")
+    args = parser.parse_args()
+    tmp = tempfile.TemporaryDirectory(prefix="fleetdeck-bench-")
+    os.environ["FLEETDECK_VAR_DIR"] = tmp.name
+
+    import django
+
+    django.setup()
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import setup_test_environment
+
+    setup_test_environment()
+    if connection.vendor == "sqlite":
+        connection.settings_dict["TEST"]["NAME"] = str(Path(tmp.name) / "bench.sqlite3")
+    db_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    try:
+        started = time.perf_counter()
+        build_fleet(args.nodes)
+        from fleet.models import Gpu, Node
+        from fleet.selectors import fleet_overview
+
+        print(f"database: {connection.vendor} ({db_name}); {Node.objects.count()} nodes, "
+              f"{Gpu.objects.count()} GPUs; built in {time.perf_counter() - started:.1f} s")
+        ours, naive = fleet_overview(), naive_fleet_overview()
+        assert (ours.total, len(ours.cordoned)) == (naive.total, len(naive.cordoned)), "baseline disagrees"
+        print(f"overview: {ours.total.allocatable} allocatable, {ours.total.allocated} allocated, "
+              f"{ours.total.fully_free_nodes} fully free nodes, {len(ours.cordoned)} cordoned\n")
+
+        client = Client()
+        assert client.login(username="bench-ops", password="bench-ops-pw")
+
+        def get(path: str) -> Callable[[], object]:
+            def fetch():
+                response = client.get(path)
+                assert response.status_code == 200, (path, response.status_code)
+                return response
+            return fetch
+
+        def overview_page_naive():
+            with mock.patch("fleet.views.fleet_overview", naive_fleet_overview):
+                return get("/")()
+
+        slow_repeat = max(3, args.repeat // 3)
+        rows = [
+            ("fleet overview selector", measure(fleet_overview, args.repeat),
+             measure(naive_fleet_overview, slow_repeat)),
+            ("GET / (overview page)", measure(get("/"), args.repeat), measure(overview_page_naive, slow_repeat)),
+            ("GET /api/v1/nodes/ (500)", measure(get("/api/v1/nodes/"), args.repeat),
+             measure(naive_node_list, slow_repeat)),
+            (f"GET /api/v1/nodes/?limit={args.nodes}", measure(get(f"/api/v1/nodes/?limit={args.nodes}"), args.repeat),
+             measure(lambda: naive_node_list(args.nodes), slow_repeat)),
+        ]
+        print(f"{'':34} {'ours ms':>9} {'queries':>8}   {'naive ms':>9} {'queries':>8}   {'speed-up':>8}")
+        for label, (ms, q), (naive_ms, naive_q) in rows:
+            flag = "" if ms < TARGET_MS else f"  over {TARGET_MS} ms target"
+            print(f"{label:34} {ms:9.1f} {q:8d}   {naive_ms:9.1f} {naive_q:8d}   {naive_ms / ms:7.1f}x{flag}")
+        print(f"\nmedian of {args.repeat} runs (baseline {slow_repeat}) after one warm-up; target < {TARGET_MS} ms.")
+    finally:
+        connection.creation.destroy_test_db(db_name, verbosity=0)
+        tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
