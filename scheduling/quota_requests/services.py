@@ -445,7 +445,9 @@ def _utilised(snapshot: selectors.UsageSnapshot, now: dt.datetime) -> dict[tuple
 
 
 def _lock_request(pk: int) -> QuotaRequest:
-    return QuotaRequest.objects.select_for_update().select_related("team", "queue", "flavor").get(pk=pk)
+    # of=("self",): without it PostgreSQL would also lock the joined team, queue and flavor rows,
+    # hiding the real lock order behind a join.
+    return QuotaRequest.objects.select_for_update(of=("self",)).select_related("team", "queue", "flavor").get(pk=pk)
 
 
 def _expect_state(quota_request: QuotaRequest, state: str, wanted: str) -> None:

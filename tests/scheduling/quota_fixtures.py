@@ -2,6 +2,7 @@
 
 Imported with `from .quota_fixtures import *` by tests/scheduling/test_quota_requests*.py and
 test_teams*.py."""
+
 from __future__ import annotations
 
 import datetime as dt

@@ -1,4 +1,5 @@
 """Quota request services: filing, review, applying, expiry, notifications."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -51,11 +52,21 @@ def test_it_files_a_request_with_an_audit_row(filed, team_member):
         ({"nominal": 12, "ends_on_days": 0}, "ends_on", "after the start"),
         ({"nominal": 12, "justification": "  "}, "justification", "Explain"),
     ],
-    ids=["zero", "negative", "beyond-capacity", "unchanged", "negative-borrowing", "borrowing-beyond-capacity",
-         "start-in-past", "end-not-after-start", "blank-justification"],
+    ids=[
+        "zero",
+        "negative",
+        "beyond-capacity",
+        "unchanged",
+        "negative-borrowing",
+        "borrowing-beyond-capacity",
+        "start-in-past",
+        "end-not-after-start",
+        "blank-justification",
+    ],
 )
-def test_it_refuses_invalid_requests_naming_the_field(make_request, team_member, research_queue, h100, today, kwargs,
-                                                      field, fragment):
+def test_it_refuses_invalid_requests_naming_the_field(
+    make_request, team_member, research_queue, h100, today, kwargs, field, fragment
+):
     nominal = kwargs.pop("nominal")
     if "starts_on_days" in kwargs:
         kwargs["starts_on"] = today + dt.timedelta(days=kwargs.pop("starts_on_days"))
@@ -96,8 +107,14 @@ def test_the_database_constraint_catches_a_racing_double_submission(
 
 def test_the_constraint_itself_holds(filed):
     with pytest.raises(IntegrityError), transaction.atomic():
-        QuotaRequest.objects.create(team=filed.team, queue=filed.queue, flavor=filed.flavor, requested_nominal=9,
-                                    starts_on=filed.starts_on, justification="x")
+        QuotaRequest.objects.create(
+            team=filed.team,
+            queue=filed.queue,
+            flavor=filed.flavor,
+            requested_nominal=9,
+            starts_on=filed.starts_on,
+            justification="x",
+        )
 
 
 def test_after_withdrawing_the_team_may_file_again(filed, make_request, team_member, research_queue, h100):
@@ -140,8 +157,9 @@ def test_approval_applies_the_quota_at_once_when_the_start_has_come(filed, opera
     assert (apply.before["nominal"], apply.after["nominal"]) == (8, 12)
 
 
-def test_approval_with_a_later_start_waits_for_the_tick(make_request, team_member, operator, research_queue, h100,
-                                                        today):
+def test_approval_with_a_later_start_waits_for_the_tick(
+    make_request, team_member, operator, research_queue, h100, today
+):
     qr = make_request(team_member, research_queue, h100, 12, starts_on=today + dt.timedelta(days=3))
     services.quota_request_approve(actor=Actor.for_user(operator), quota_request=qr)
     qr.refresh_from_db()
@@ -156,8 +174,9 @@ def test_approval_with_a_later_start_waits_for_the_tick(make_request, team_membe
     assert services.quota_requests_tick(now=timezone.now() + dt.timedelta(days=3)).applied == []
 
 
-def test_approval_creates_the_quota_row_when_the_queue_had_none(make_request, team_member, operator, research_queue,
-                                                                a100):
+def test_approval_creates_the_quota_row_when_the_queue_had_none(
+    make_request, team_member, operator, research_queue, a100
+):
     qr = make_request(team_member, research_queue, a100, 4, requested_borrowing_limit=2)
     services.quota_request_approve(actor=Actor.for_user(operator), quota_request=qr)
     row = quota(research_queue, a100)
@@ -193,8 +212,9 @@ def test_a_request_is_reviewed_only_once(filed, operator):
 # --- oversubscription ----------------------------------------------------------------------------
 
 
-def test_an_approval_beyond_capacity_is_refused_without_override(make_request, team_member, operator,
-                                                                  research_queue, other_queue, h100):
+def test_an_approval_beyond_capacity_is_refused_without_override(
+    make_request, team_member, operator, research_queue, other_queue, h100
+):
     qr = make_request(team_member, research_queue, h100, 13)  # 13 + 4 > 16 GPUs
     with pytest.raises(ValidationError) as excinfo:
         services.quota_request_approve(actor=Actor.for_user(operator), quota_request=qr)
@@ -205,8 +225,9 @@ def test_an_approval_beyond_capacity_is_refused_without_override(make_request, t
     assert quota(research_queue, h100).nominal == 8
 
 
-def test_an_override_oversubscribes_deliberately_and_is_audited(make_request, team_member, operator,
-                                                                research_queue, other_queue, h100):
+def test_an_override_oversubscribes_deliberately_and_is_audited(
+    make_request, team_member, operator, research_queue, other_queue, h100
+):
     qr = make_request(team_member, research_queue, h100, 13)
     services.quota_request_approve(actor=Actor.for_user(operator), quota_request=qr, comment="Burst", override=True)
     assert quota(research_queue, h100).nominal == 13
@@ -215,8 +236,9 @@ def test_an_override_oversubscribes_deliberately_and_is_audited(make_request, te
     assert "Oversubscription override" in event.reason
 
 
-def test_the_ratio_setting_allows_planned_oversubscription(settings, make_request, team_member, operator,
-                                                           research_queue, other_queue, h100):
+def test_the_ratio_setting_allows_planned_oversubscription(
+    settings, make_request, team_member, operator, research_queue, other_queue, h100
+):
     settings.FLEETDECK = {**settings.FLEETDECK, "QUOTA_OVERSUBSCRIPTION_MAX": 1.25}  # up to 20 of 16
     qr = make_request(team_member, research_queue, h100, 16)
     services.quota_request_approve(actor=Actor.for_user(operator), quota_request=qr)
@@ -235,8 +257,9 @@ def test_two_approvals_that_together_oversubscribe_second_is_refused(
     assert sum(QueueQuota.objects.filter(flavor=h100).values_list("nominal", flat=True)) == 15
 
 
-def test_a_scheduled_approval_counts_against_capacity(make_request, team_member, other_member, operator,
-                                                      research_queue, other_queue, h100, today):
+def test_a_scheduled_approval_counts_against_capacity(
+    make_request, team_member, other_member, operator, research_queue, other_queue, h100, today
+):
     later = make_request(team_member, research_queue, h100, 11, starts_on=today + dt.timedelta(days=5))
     services.quota_request_approve(actor=Actor.for_user(operator), quota_request=later)
     now_request = make_request(other_member, other_queue, h100, 7)
@@ -247,10 +270,12 @@ def test_a_scheduled_approval_counts_against_capacity(make_request, team_member,
 # --- temporary boosts ----------------------------------------------------------------------------
 
 
-def test_a_temporary_boost_expires_through_the_tick(make_request, team_member, operator, research_queue, h100,
-                                                    today, django_capture_on_commit_callbacks):
-    boost = make_request(team_member, research_queue, h100, 14, requested_borrowing_limit=2,
-                         ends_on=today + dt.timedelta(days=7))
+def test_a_temporary_boost_expires_through_the_tick(
+    make_request, team_member, operator, research_queue, h100, today, django_capture_on_commit_callbacks
+):
+    boost = make_request(
+        team_member, research_queue, h100, 14, requested_borrowing_limit=2, ends_on=today + dt.timedelta(days=7)
+    )
     services.quota_request_approve(actor=Actor.for_user(operator), quota_request=boost)
     assert (quota(research_queue, h100).nominal, quota(research_queue, h100).borrowing_limit) == (14, 2)
 
@@ -270,8 +295,9 @@ def test_a_temporary_boost_expires_through_the_tick(make_request, team_member, o
     assert services.quota_requests_tick(now=timezone.now() + dt.timedelta(days=8)).expired == []
 
 
-def test_an_expiring_boost_keeps_a_later_permanent_change(make_request, team_member, operator, research_queue, h100,
-                                                          today):
+def test_an_expiring_boost_keeps_a_later_permanent_change(
+    make_request, team_member, operator, research_queue, h100, today
+):
     boost = make_request(team_member, research_queue, h100, 12, ends_on=today + dt.timedelta(days=7))
     services.quota_request_approve(actor=Actor.for_user(operator), quota_request=boost)
     permanent = make_request(team_member, research_queue, h100, 14)
@@ -282,10 +308,17 @@ def test_an_expiring_boost_keeps_a_later_permanent_change(make_request, team_mem
     assert quota(research_queue, h100).nominal == 10
 
 
-def test_a_boost_whose_window_passed_before_applying_never_applies(make_request, team_member, operator,
-                                                                   research_queue, h100, today):
-    boost = make_request(team_member, research_queue, h100, 12, starts_on=today + dt.timedelta(days=1),
-                         ends_on=today + dt.timedelta(days=2))
+def test_a_boost_whose_window_passed_before_applying_never_applies(
+    make_request, team_member, operator, research_queue, h100, today
+):
+    boost = make_request(
+        team_member,
+        research_queue,
+        h100,
+        12,
+        starts_on=today + dt.timedelta(days=1),
+        ends_on=today + dt.timedelta(days=2),
+    )
     services.quota_request_approve(actor=Actor.for_user(operator), quota_request=boost)
     result = services.quota_requests_tick(now=timezone.now() + dt.timedelta(days=3))
     assert result.expired == [boost.pk] and result.applied == []
@@ -313,8 +346,9 @@ def test_every_state_change_mails_team_and_operators_after_commit(
     assert "Go ahead" in mail.outbox[0].body
 
 
-def test_a_team_address_replaces_member_addresses(make_request, other_member, other_queue, h100, operator,
-                                                  django_capture_on_commit_callbacks):
+def test_a_team_address_replaces_member_addresses(
+    make_request, other_member, other_queue, h100, operator, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=True):
         make_request(other_member, other_queue, h100, 6)
     assert mail.outbox[0].to == ["inference@example.org"]
