@@ -169,10 +169,16 @@ class SlurmCli:
         return job_id
 
     def scancel(self, job_ids: Sequence[str], *, signal: str | None = None) -> None:
+        """Cancel the jobs, or only send them `signal`. A signal goes to the batch shell, then to
+        every step's tasks: not with --full, which also hits each srun, and srun answers
+        SIGTERM by killing its tasks instead of letting them checkpoint."""
         if not job_ids:
             return
-        args = [f"--signal={signal}", "--full"] if signal else []
-        self.run("scancel", *args, *job_ids)
+        if not signal:
+            self.run("scancel", *job_ids)
+            return
+        self.run("scancel", f"--signal={signal}", "--batch", *job_ids)
+        self.run("scancel", f"--signal={signal}", *job_ids)
 
 
 def _with_exports(script: str, extra: Mapping[str, str]) -> str:
