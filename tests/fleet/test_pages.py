@@ -327,3 +327,12 @@ def test_rack_grid_escapes_names_and_links_each_node(db):
     assert "<script>" not in html and "r&lt;1&gt;" in html
     assert 'href="/nodes/gpu%221%3Cscript%3E/"' in html
     assert html.count('<i class="g idle"></i>') == 2
+
+
+def test_a_slurm_node_page_shows_the_slurm_side(fleet, viewer, client):
+    Node.objects.filter(name="h1").update(
+        executor="slurm", labels={"slurm.state": "DRAIN", "slurm.reason": "fleetdeck: PSU swap", "slurm.applied": True}
+    )
+    body = login(client, viewer).get("/nodes/h1/").content.decode()
+    assert 'id="slurm-status"' in body and "DRAIN" in body and "fleetdeck: PSU swap" in body
+    assert 'id="slurm-status"' not in client.get("/nodes/h2/").content.decode()
