@@ -1,6 +1,14 @@
 from django.urls import include, path
 
+from . import views
+
 app_name = "scheduling"
 urlpatterns: list = [
     path("", include("scheduling.quota_requests.urls")),
+    path("queues/", views.queues, name="queues"),
+    path("workloads/", views.workloads, name="workloads"),
+    path("workloads/<int:pk>/", views.workload_detail, name="workload"),
+    path("workloads/<int:pk>/cancel/", views.workload_cancel_view, name="workload-cancel"),
+    path("preemptions/", views.preemptions, name="preemptions"),
+    path("nodes/<str:name>/drain/", views.node_drain_view, name="node-drain"),
 ]

@@ -1,0 +1,164 @@
+"""Scheduling pages: queues, workloads, a workload's detail, preemption history, node drain."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods, require_POST
+
+from core.actors import Actor
+from core.roles import is_operator, may_act_for_team
+from fleet.models import Gpu, Node
+
+from .choices import WAITING_STATES, WORKLOAD_STATE_COLORS, WorkloadState
+from .forms import NodeDrainForm, WorkloadCancelForm
+from .models import Allocation, PlacementRound, PodSet, Preemption, Workload
+from .selectors import checkpoint_advice, queue_usage, workload_placements
+from .services import node_drain, workload_cancel, workloads_on_node
+
+
+def _workloads():
+    return Workload.objects.select_related("team", "queue", "priority_class").prefetch_related(
+        Prefetch("pod_sets", queryset=PodSet.objects.select_related("flavor"))
+    )
+
+
+def queues(request):
+    usage = queue_usage()
+    waiting = list(
+        _workloads()
+        .visible_to(request.user)
+        .filter(state__in=WAITING_STATES)
+        .order_by("queue__name", "queue_position", "submitted_at")
+    )
+    by_queue: dict[str, list[Workload]] = defaultdict(list)
+    for w in waiting:
+        by_queue[w.queue.name].append(w)
+    return render(
+        request,
+        "scheduling/queues.html",
+        {
+            "usage": usage,
+            "waiting": dict(by_queue),
+            "colors": WORKLOAD_STATE_COLORS,
+            "last_round": PlacementRound.objects.filter(skipped=False).first(),
+        },
+    )
+
+
+def workloads(request):
+    qs = _workloads().visible_to(request.user)
+    state = request.GET.get("state", "")
+    team = request.GET.get("team", "")
+    if state in WorkloadState.values:
+        qs = qs.filter(state=state)
+    if team:
+        qs = qs.filter(team__name=team)
+    page = Paginator(qs, 100).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "scheduling/workloads.html",
+        {
+            "page": page,
+            "state": state,
+            "team": team,
+            "states": WorkloadState.choices,
+            "colors": WORKLOAD_STATE_COLORS,
+        },
+    )
+
+
+def _placement_map(workload: Workload, placements: list[dict]) -> list[dict]:
+    """Every node the workload holds GPUs on, GPU by GPU: mine, another workload's, or free."""
+    names = sorted({p["node"] for p in placements})
+    mine = {(p["node"], g) for p in placements for g in p["gpus"]}
+    busy = set(
+        Allocation.objects.filter(node__name__in=names, released_at__isnull=True)
+        .exclude(workload=workload)
+        .values_list("node__name", "gpu__index")
+    )
+    rows = []
+    gpus = Gpu.objects.filter(node__name__in=names).order_by("node__name", "index").values_list("node__name", "index")
+    cells: dict[str, list[dict]] = defaultdict(list)
+    for node, index in gpus:
+        kind = "mine" if (node, index) in mine else "busy" if (node, index) in busy else "free"
+        cells[node].append({"index": index, "kind": kind})
+    racks = dict(Node.objects.filter(name__in=names).values_list("name", "rack__name"))
+    for node in names:
+        rows.append({"node": node, "rack": racks.get(node, ""), "gpus": cells[node]})
+    return rows
+
+
+def workload_detail(request, pk: int):
+    workload = get_object_or_404(_workloads().visible_to(request.user).prefetch_related("transitions"), pk=pk)
+    placements = workload_placements(workload)
+    return render(
+        request,
+        "scheduling/workload_detail.html",
+        {
+            "w": workload,
+            "placements": placements,
+            "placement_map": _placement_map(workload, placements),
+            "advice": checkpoint_advice(workload, now=timezone.now()),
+            "colors": WORKLOAD_STATE_COLORS,
+            "preemptions": Preemption.objects.filter(victim=workload).select_related("preemptor")[:20],
+            "may_cancel": may_act_for_team(request.user, workload.team_id)
+            and workload.state not in (WorkloadState.SUCCEEDED, WorkloadState.FAILED, WorkloadState.CANCELLED),
+            "cancel_form": WorkloadCancelForm(),
+        },
+    )
+
+
+@require_POST
+def workload_cancel_view(request, pk: int):
+    workload = get_object_or_404(Workload.objects.visible_to(request.user), pk=pk)
+    form = WorkloadCancelForm(request.POST)
+    if form.is_valid():
+        try:
+            workload_cancel(workload=workload, actor=Actor.for_user(request.user), reason=form.cleaned_data["reason"])
+            messages.success(request, f"{workload.name} cancelled.")
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+    return redirect("scheduling:workload", pk=workload.pk)
+
+
+def preemptions(request):
+    rows = Preemption.objects.select_related("preemptor", "victim", "victim__priority_class")
+    page = Paginator(rows, 100).get_page(request.GET.get("page"))
+    for p in page:
+        end = p.completed_at
+        p.grace_used = (end - p.requested_at).total_seconds() if end else None
+        p.lost_gpu_hours = p.lost_gpu_seconds / 3600
+    return render(request, "scheduling/preemptions.html", {"page": page})
+
+
+@require_http_methods(["GET", "POST"])
+def node_drain_view(request, name: str):
+    """Two steps, like cordon: the form on the node page, then a confirmation listing the gangs."""
+    if not is_operator(request.user):
+        raise PermissionDenied("Only operators may drain nodes.")
+    node = get_object_or_404(Node, name=name)
+    form = NodeDrainForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        if request.POST.get("confirm") == "yes":
+            outcome = node_drain(node=node, actor=Actor.for_user(request.user), **form.cleaned_data)
+            stopped = ", ".join(s.workload.name for s in outcome.stops) or "nothing was running"
+            messages.success(request, f"{node.name} drained: {stopped}.")
+            return redirect("fleet:node", node.name)
+        return render(
+            request,
+            "scheduling/node_drain_confirm.html",
+            {"node": node, "form": form, "workloads": workloads_on_node(node)},
+        )
+    return render(
+        request,
+        "scheduling/node_drain.html",
+        {"node": node, "drain_form": form},
+        status=400 if request.method == "POST" else 200,
+    )
