@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Value
@@ -42,6 +42,7 @@ from .workloads import workload_preempt
 
 log = logging.getLogger(__name__)
 ROUND_LOCK = "placement-round"
+ROUND_HISTORY_DAYS = 7
 # Any constant works; it only has to be the same in every process.
 ADVISORY_KEY = 0x46_4C_45_45_54  # "FLEET"
 
@@ -92,6 +93,8 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundRe
         stopped_hard=report.stopped_hard,
         **timings,
     )
+    if report.round.pk % 500 == 0:  # amortised pruning: one round in 500 trims the history
+        PlacementRound.objects.filter(started_at__lt=now - timedelta(days=ROUND_HISTORY_DAYS)).delete()
     log.info(
         "placement round: %s admitted, %s dropped, %s preempted, %s pending%s; load %.1f ms, compute %.1f ms, "
         "commit %.1f ms, follow-up %.1f ms",
