@@ -36,8 +36,10 @@ def slurm_cli() -> SlurmCli:
 def celery_eager():
     from config.celery import app
 
-    saved = {key: app.conf.get(key) for key in ("task_always_eager", "task_eager_propagates")}
-    app.conf.update(task_always_eager=True, task_eager_propagates=True)
+    keys = ("task_always_eager", "task_eager_propagates", "result_backend")
+    saved = {key: app.conf.get(key) for key in keys}
+    # Eager tasks still build their result backend; the embedded file backend's folder may not exist.
+    app.conf.update(task_always_eager=True, task_eager_propagates=True, result_backend="cache+memory://")
     yield
     app.conf.update(saved)
 

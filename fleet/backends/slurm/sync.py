@@ -6,7 +6,8 @@ drain/resume was applied and why not), so the node page can show them without a 
 
 Who wins: Fleetdeck's cordon is the operator's intent and is never undone by the sync; a drain
 made in Slurm by someone else cordons the node in Fleetdeck (cordoned_by "slurm") and is undone
-when Slurm resumes it; a node Slurm has marked DOWN (it stopped answering) becomes UNKNOWN and its gangs are requeued."""
+when Slurm resumes it; a node Slurm has marked DOWN (it stopped answering) becomes UNKNOWN and
+its gangs are requeued."""
 from __future__ import annotations
 
 import logging
