@@ -172,8 +172,17 @@ def _review(request: HttpRequest, request_id: int, *, approve: bool) -> HttpResp
         messages.error(request, f"Request #{quota_request.pk} not {'approved' if approve else 'denied'}: "
                        + " ".join(exc.messages))
     else:
-        messages.success(request, f"Request #{done.pk} {done.get_state_display().lower()}.")
+        messages.success(request, _review_outcome(done))
     return _back(request, quota_request.pk)
+
+
+def _review_outcome(done) -> str:
+    if done.state == S.APPLIED:
+        return (f"Request #{done.pk} approved and applied: {done.queue.name} now has {done.requested_nominal} "
+                f"{done.flavor.name} GPUs nominal, used from the next placement round.")
+    if done.state == S.APPROVED:
+        return f"Request #{done.pk} approved; it applies on {done.starts_on}."
+    return f"Request #{done.pk} {done.get_state_display().lower()}."
 
 
 @require_POST

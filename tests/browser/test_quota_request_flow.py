@@ -1,0 +1,80 @@
+"""A quota request end to end in a real browser: a team member files one (first with a field
+error), an operator approves it from the review queue, the team page shows the new quota and
+both actions in its history. Saves artifacts/quota-request-*.png."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from scheduling.models import QueueQuota, QuotaRequest
+from tests.scheduling.quota_fixtures import *  # noqa: F403
+
+# Playwright's sync API runs an event loop in this thread; the ORM reads made here while it is
+# open are plain synchronous reads of the live server's test database.
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+@pytest.fixture
+def browser(chromium_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def log_in(browser, live_server, username: str):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.goto(f"{live_server.url}/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", f"pw-{username}")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/")
+    return page
+
+
+def test_a_team_member_files_and_an_operator_approves(transactional_db, live_server, browser, artifacts_dir,
+                                                      research_queue, other_queue, h100, team_member, operator):
+    from playwright.sync_api import expect
+
+    member = log_in(browser, live_server, team_member.username)
+    member.goto(f"{live_server.url}/scheduling/quota-requests/new/")
+    member.select_option("#id_flavor", label="H100")
+    member.fill("#id_requested_nominal", "40")
+    member.fill("#id_justification", "The 13B run needs four more H100s.")
+    member.click(".qr-form button[type=submit]")
+    expect(member.locator("#errors-requested_nominal")).to_contain_text("The fleet has only 16 H100 GPUs.")
+    assert not QuotaRequest.objects.exists()
+    member.screenshot(path=str(artifacts_dir / "quota-request-form-error.png"), full_page=True)
+
+    member.fill("#id_requested_nominal", "12")
+    member.click(".qr-form button[type=submit]")
+    expect(member.locator(".page-head .badge")).to_have_text("Submitted")
+    qr = QuotaRequest.objects.get()
+
+    ops = log_in(browser, live_server, operator.username)
+    ops.goto(f"{live_server.url}/scheduling/quota-requests/")
+    card = ops.locator(f"#request-{qr.pk}")
+    expect(card.locator(".review-context")).to_contain_text("12 now → 16 if approved, against 16 GPUs")
+    ops.screenshot(path=str(artifacts_dir / "quota-request-review-queue.png"), full_page=True)
+    card.locator(f"#approve-comment-{qr.pk}").fill("Fits the fleet; go ahead.")
+    card.get_by_role("button", name=f"Approve #{qr.pk}").click()
+    expect(ops.locator(".messages")).to_contain_text(f"Request #{qr.pk} approved and applied")
+    assert QueueQuota.objects.get(queue=research_queue, flavor=h100).nominal == 12
+
+    member.goto(f"{live_server.url}/scheduling/teams/{research_queue.team_id}/")
+    expect(member.locator("#usage-table tr[data-flavor='H100'] td.nominal")).to_have_text("12")
+    history = member.locator(".audit-table")
+    expect(history).to_contain_text("quota_request.submit")
+    expect(history).to_contain_text("quota_request.approve")
+    expect(history).to_contain_text("Fits the fleet; go ahead.")
+    expect(history).to_contain_text("quota.apply")
+    member.screenshot(path=str(artifacts_dir / "quota-request-team-page.png"), full_page=True)
