@@ -12,6 +12,8 @@ class NodeReasonForm(forms.Form):
         error_messages={"required": "Give a reason: it is recorded in the audit log."},
     )
     confirm = forms.CharField(required=False, widget=forms.HiddenInput)
+    # Uncordon only: return the node although it has an open repair ticket (audited on the ticket).
+    override = forms.BooleanField(required=False)
 
     @property
     def confirmed(self) -> bool:

@@ -94,17 +94,21 @@ def node_cordon(*, node: Node, reason: str, actor: Actor) -> Node:
     return locked
 
 
-def node_uncordon(*, node: Node, reason: str, actor: Actor) -> Node:
+def node_uncordon(*, node: Node, reason: str, actor: Actor, override: bool = False) -> Node:
     """Returns a cordoned (or unknown) node to service.
 
-    Idempotent: a ready node is returned as it is, unaudited. Draining, in-repair and burn-in
-    nodes are refused with NodeStateConflict."""
+    Idempotent: a ready node is returned as it is, unaudited. Draining nodes are refused with
+    NodeStateConflict, and so are nodes with an open repair ticket (in repair, burn-in, or cordoned
+    with a ticket) unless `override` is set, which the health app audits on the ticket."""
+    from health.services.tickets import uncordon_check
+
     reason = _required_reason(reason, "uncordon")
     with transaction.atomic():
         locked = Node.objects.select_for_update().get(pk=node.pk)
         if locked.state == NodeState.READY:
             return locked
-        if locked.state in HEALTH_GATED_STATES:
+        overridden = uncordon_check(node=locked, override=override, reason=reason, actor=actor)
+        if locked.state in HEALTH_GATED_STATES and overridden is None:
             raise NodeStateConflict(
                 f"Node {locked.name} is {locked.get_state_display().lower()}; only the health workflow "
                 "(a passed repair or burn-in) returns it to service.",
@@ -123,7 +127,7 @@ def node_uncordon(*, node: Node, reason: str, actor: Actor) -> Node:
         locked.save(update_fields=["state", "cordon_reason", "cordoned_by", "cordoned_at"])
         audit_record(
             actor=actor, verb="node.uncordon", target=locked, reason=reason, before=before,
-            after=_cordon_fields(locked),
+            after={**_cordon_fields(locked), **({"override_ticket": overridden.pk} if overridden else {})},
         )
         _send_after_commit(node_uncordoned, node=locked, reason=reason, actor=actor)
     return locked

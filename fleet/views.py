@@ -81,7 +81,8 @@ def node_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
         context = {"node": detail.node, "detail": detail, "action": action, "label": label, "form": form}
         return render(request, "fleet/node_confirm.html", context)
     try:
-        service(node=detail.node, reason=form.cleaned_data["reason"], actor=Actor.for_user(request.user))
+        extra = {"override": form.cleaned_data["override"]} if action == "uncordon" else {}
+        service(node=detail.node, reason=form.cleaned_data["reason"], actor=Actor.for_user(request.user), **extra)
     except ValidationError as exc:
         form.add_error(None, exc.messages)
         return _render_node(request, detail, {action: form}, status=400)

@@ -68,3 +68,10 @@ class CordonInputSerializer(serializers.Serializer):
         error_messages={"blank": "This field is required.", "null": "This field is required."},
         help_text="Why; recorded in the audit log and shown on the node",
     )
+
+
+class UncordonInputSerializer(CordonInputSerializer):
+    override = serializers.BooleanField(
+        required=False, default=False,
+        help_text="Uncordon although the node has an open repair ticket (audited on the ticket)",
+    )

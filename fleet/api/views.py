@@ -20,6 +20,7 @@ from .serializers import (
     NodeDetailSerializer,
     NodeSerializer,
     RackSerializer,
+    UncordonInputSerializer,
 )
 
 # Node and rack names may contain dots (host-style names), which the default lookup regex rejects.
@@ -64,12 +65,12 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     def get_serializer_class(self):
         return NodeSerializer if self.action == "list" else NodeDetailSerializer
 
-    def _transition(self, request, service):
+    def _transition(self, request, service, input_serializer=CordonInputSerializer):
         node = self.get_object()
-        payload = CordonInputSerializer(data=request.data)
+        payload = input_serializer(data=request.data)
         payload.is_valid(raise_exception=True)
         try:
-            service(node=node, reason=payload.validated_data["reason"], actor=Actor.from_request(request))
+            service(node=node, actor=Actor.from_request(request), **payload.validated_data)
         except NodeStateConflict as exc:
             return Response({"detail": exc.messages[0], "state": node.state}, status=status.HTTP_409_CONFLICT)
         except DjangoValidationError as exc:
@@ -96,9 +97,9 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(
         summary="Uncordon a node",
-        description="Returns a cordoned node to service. Idempotent. Nodes in repair, burn-in or draining are "
-        "refused with 409. Operators only.",
-        request=CordonInputSerializer,
+        description="Returns a cordoned node to service. Idempotent. Draining nodes, and nodes with an open repair "
+        "ticket (in repair, burn-in) are refused with 409 unless override is true (audited). Operators only.",
+        request=UncordonInputSerializer,
         responses={
             200: NodeDetailSerializer,
             400: OpenApiResponse(description='Missing or blank reason: {"reason": ["This field is required."]}'),
@@ -109,7 +110,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     )
     @action(detail=True, methods=["post"], permission_classes=[IsOperator])
     def uncordon(self, request, name=None):
-        return self._transition(request, node_uncordon)
+        return self._transition(request, node_uncordon, UncordonInputSerializer)
 
 
 @extend_schema_view(

@@ -1,0 +1,72 @@
+"""Enumerations of the health app, each with one colour map that badges read."""
+from django.db import models
+
+
+class EventKind(models.TextChoices):
+    XID = "xid", "Xid"
+    SXID = "sxid", "NVSwitch SXid"
+    FALLEN_OFF_BUS = "fallen_off_bus", "Fallen off the bus"
+    ECC_DBE = "ecc_dbe", "ECC double-bit error"
+    ROW_REMAP_FAILURE = "row_remap_failure", "Row remap failure"
+    ROW_REMAP_PENDING = "row_remap_pending", "Row remap pending"
+    DCGM_HEALTH = "dcgm_health", "DCGM health"
+    NCCL_TIMEOUT = "nccl_timeout", "NCCL timeout"
+    HANG = "hang", "Hang"
+    OOM = "oom", "Out of memory"
+    HEARTBEAT_LOST = "heartbeat_lost", "Heartbeat lost"
+    ZOMBIE = "zombie", "No progress (zombie)"
+    SCRAPE_FAILED = "scrape_failed", "Exporter scrape failed"
+
+
+class EventSource(models.TextChoices):
+    DCGM = "dcgm", "DCGM"
+    KERNEL_LOG = "kernel_log", "Kernel log"
+    AGENT = "agent", "Agent"
+    APP = "app", "Application"
+    WATCHDOG = "watchdog", "Watchdog"
+    SLURM = "slurm", "Slurm"
+
+
+class Severity(models.TextChoices):
+    FATAL = "fatal", "Fatal"
+    WARNING = "warning", "Warning"
+    INFO = "info", "Info"
+
+
+SEVERITY_COLORS = {
+    Severity.FATAL: "#c62828",
+    Severity.WARNING: "#ef6c00",
+    Severity.INFO: "#1565c0",
+}
+
+
+class TicketState(models.TextChoices):
+    OPEN = "open", "Open"
+    DIAGNOSING = "diagnosing", "Diagnosing"
+    REPAIRED = "repaired", "Repaired"
+    BURN_IN = "burn_in", "Burn-in"
+    RETURNED = "returned", "Returned"
+
+
+TICKET_STATE_COLORS = {
+    TicketState.OPEN: "#c62828",
+    TicketState.DIAGNOSING: "#ef6c00",
+    TicketState.REPAIRED: "#1565c0",
+    TicketState.BURN_IN: "#6a1b9a",
+    TicketState.RETURNED: "#2e7d32",
+}
+
+# Forward moves of the repair loop; any unfinished ticket may also go back to open (the fix failed).
+TICKET_NEXT = {
+    TicketState.OPEN: (TicketState.DIAGNOSING,),
+    TicketState.DIAGNOSING: (TicketState.REPAIRED,),
+    TicketState.REPAIRED: (TicketState.BURN_IN,),
+    TicketState.BURN_IN: (TicketState.RETURNED,),
+    TicketState.RETURNED: (),
+}
+UNFINISHED_TICKET_STATES = (TicketState.OPEN, TicketState.DIAGNOSING, TicketState.REPAIRED, TicketState.BURN_IN)
+
+
+class Reporter(models.TextChoices):
+    AGENT = "agent", "Agent"
+    OPERATOR = "operator", "Operator"

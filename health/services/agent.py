@@ -1,0 +1,256 @@
+"""fleetdeck-agent reports: register (inventory upsert) and heartbeat (health counters, events,
+readings, burn-in results). Payloads are validated with fleet.agent.payloads, the agent's own schema."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from core.actors import Actor
+from core.audit import audit_record
+from fleet.agent.payloads import GpuHealth, HeartbeatPayload, RegisterPayload, XidEvent
+from fleet.choices import GpuHealth as GpuHealthState
+from fleet.models import Gpu, Node
+from health.choices import EventSource, Reporter, TicketState
+from health.core import policy
+from health.core.pci import normalize_pci_bus_id
+from health.core.xid_catalog import Action, Category, lookup
+from health.models import AgentStatus, BurnInResult
+
+from .events import SignalOutcome, signals_apply
+from .liveness import node_seen
+from .readings import ReadingRow, readings_store
+
+# NVML nvmlDeviceGpuRecoveryAction_t -> our action (1 reset, 2 reboot, 3 drain peer-to-peer, 4 drain and reset).
+_RECOVERY_ACTIONS = {1: Action.RESET_GPU, 2: Action.REBOOT_NODE, 3: Action.MARK_SUSPECT, 4: Action.DRAIN_AND_RESET}
+# A parked index for GPUs being renumbered (unique node+index), as fleet's importer does.
+_PARKING_INDEX = 30000
+
+
+class NotRegistered(Exception):
+    """A heartbeat from a node whose agent never registered: the agent must register (409)."""
+
+
+@dataclass
+class HeartbeatOutcome:
+    seq: int
+    stored: int = 0
+    signals: SignalOutcome = field(default_factory=SignalOutcome)
+    burn_in: BurnInResult | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "readings_stored": self.stored,
+            "events_created": len(self.signals.created),
+            "events_repeated": len(self.signals.repeated),
+            "duplicates": self.signals.duplicates,
+            "actions": self.signals.actions,
+            "burn_in": None
+            if self.burn_in is None
+            else {"ticket": self.burn_in.ticket_id, "passed": self.burn_in.passed},
+        }
+
+
+def agent_actor(node: Node) -> Actor:
+    return Actor.automation(f"agent:{node.name}")
+
+
+def _gpu_fields(gpu: Any) -> dict[str, Any]:
+    return {
+        "product": gpu.name[:128],
+        "memory_mib": gpu.memory_mib,
+        "pci_bus_id": normalize_pci_bus_id(gpu.pci_bus_id) or "",
+        "numa_node": gpu.numa_node or 0,
+        "mig_enabled": gpu.mig_enabled,
+        "mig_instances": [{"profile": m.profile, "gi_id": m.gi_id, "uuid": m.uuid} for m in gpu.mig_instances],
+        "nvlink_group": gpu.nvlink_group,
+    }
+
+
+def agent_register(*, node: Node, payload: RegisterPayload, now: datetime | None = None) -> dict[str, int]:
+    """Upsert the node's GPUs as the agent sees them (by UUID). GPUs the agent no longer reports
+    are marked unhealthy rather than deleted: allocations and events still point at them."""
+    now = now or timezone.now()
+    actor = agent_actor(node)
+    counts = {"created": 0, "updated": 0, "unchanged": 0, "missing": 0}
+    reported = {g.uuid for g in payload.gpus}
+    with transaction.atomic():
+        node = Node.objects.select_for_update().get(pk=node.pk)
+        current = {g.uuid: g for g in Gpu.objects.select_for_update().filter(node=node).order_by("pk")}
+        foreign = set(Gpu.objects.filter(uuid__in=reported).exclude(node=node).values_list("uuid", flat=True))
+        if foreign:
+            raise ValidationError({"gpus": [f"GPU {sorted(foreign)[0]} belongs to another node"]})
+        _park_renumbered(payload, current)
+        for spec in payload.gpus:
+            _gpu_upsert(node, spec, current.get(spec.uuid), actor, counts)
+        for uuid, gpu in current.items():
+            if uuid not in reported and gpu.health != GpuHealthState.UNHEALTHY:
+                Gpu.objects.filter(pk=gpu.pk).update(health=GpuHealthState.UNHEALTHY)
+                audit_record(actor=actor, verb="gpu.health", target=gpu, reason="not reported by the agent",
+                             before={"health": gpu.health}, after={"health": GpuHealthState.UNHEALTHY})
+                counts["missing"] += 1
+        fields = {"hostname": payload.hostname[:255]} if payload.hostname else {}
+        if fields and node.hostname != payload.hostname:
+            Node.objects.filter(pk=node.pk).update(**fields)
+        AgentStatus.objects.update_or_create(
+            node=node,
+            defaults={
+                "agent_version": payload.agent_version[:64],
+                "driver_version": (payload.driver_version or "")[:64],
+                "registered_at": now,
+                "last_seq": None,
+            },
+        )
+        audit_record(actor=actor, verb="agent.register", target=node, after={**counts, "agent": payload.agent_version})
+        node_seen(node=node, now=now)
+    return counts
+
+
+def _park_renumbered(payload: RegisterPayload, current: dict[str, Gpu]) -> None:
+    wanted = {g.uuid: g.index for g in payload.gpus}
+    moving = [g for uuid, g in current.items() if uuid in wanted and g.index != wanted[uuid]]
+    for offset, gpu in enumerate(moving):
+        Gpu.objects.filter(pk=gpu.pk).update(index=_PARKING_INDEX + offset)
+
+
+def _gpu_upsert(node: Node, spec: Any, gpu: Gpu | None, actor: Actor, counts: dict[str, int]) -> None:
+    fields = {"index": spec.index, **_gpu_fields(spec)}
+    if gpu is None:
+        # A replaced GPU gives up its slot; it stays (unhealthy, parked) for the records that point at it.
+        Gpu.objects.filter(node=node, index=spec.index).update(index=_PARKING_INDEX + 1000 + spec.index)
+        created = Gpu.objects.create(node=node, uuid=spec.uuid, **fields)
+        audit_record(actor=actor, verb="gpu.create", target=created, after={"uuid": spec.uuid, "index": spec.index})
+        counts["created"] += 1
+        return
+    changed = {k: v for k, v in fields.items() if getattr(gpu, k) != v}
+    if not changed:
+        counts["unchanged"] += 1
+        return
+    Gpu.objects.filter(pk=gpu.pk).update(**changed)
+    audit_record(actor=actor, verb="gpu.update", target=gpu, before={k: getattr(gpu, k) for k in changed},
+                 after=changed)
+    counts["updated"] += 1
+
+
+def _level(kind: policy.SignalKind, node: Node, gpu: GpuHealth, text: str, **extra: Any) -> policy.HealthSignal:
+    return policy.HealthSignal(kind=kind, node=node.name, gpu_uuid=gpu.uuid, evidence=f"agent {text}",
+                               raw=f"agent:{gpu.uuid}:{text}", **extra)
+
+
+def heartbeat_signals(node: Node, payload: HeartbeatPayload) -> list[policy.HealthSignal]:
+    """Level signals from counters (one event per distinct value) plus the agent's NVML events."""
+    signals = []
+    for gpu in payload.gpus:
+        if gpu.lost:
+            signals.append(_level(policy.SignalKind.FALLEN_OFF_BUS, node, gpu, "NVML: GPU is lost",
+                                  category=Category.PCIE))
+        if gpu.ecc.volatile_dbe:
+            signals.append(_level(policy.SignalKind.ECC_DBE, node, gpu, f"ecc.volatile_dbe={gpu.ecc.volatile_dbe}",
+                                  category=Category.MEMORY))
+        if gpu.row_remap.failure:
+            signals.append(_level(policy.SignalKind.ROW_REMAP_FAILURE, node, gpu, "row_remap.failure=true",
+                                  category=Category.MEMORY))
+        if gpu.row_remap.pending:
+            signals.append(_level(policy.SignalKind.ROW_REMAP_PENDING, node, gpu, "row_remap.pending=true",
+                                  category=Category.MEMORY))
+        if gpu.recovery_action and gpu.recovery_action in _RECOVERY_ACTIONS:
+            signals.append(_level(policy.SignalKind.XID, node, gpu, f"recovery_action={gpu.recovery_action}",
+                                  xid=154, category=Category.RECOVERY, action=_RECOVERY_ACTIONS[gpu.recovery_action]))
+    signals.extend(_event_signal(node, event) for event in payload.events)
+    return signals
+
+
+def _event_signal(node: Node, event: XidEvent) -> policy.HealthSignal:
+    at = _parse_at(event.at)
+    if event.kind == "gpu_lost":
+        return policy.HealthSignal(kind=policy.SignalKind.FALLEN_OFF_BUS, node=node.name, gpu_uuid=event.gpu_uuid,
+                                   pci_bus_id=normalize_pci_bus_id(event.pci_bus_id), evidence="NVML: GPU is lost",
+                                   at=at, category=Category.PCIE, dedup_key=event.dedup_key)
+    info = lookup(event.xid) if event.xid is not None else None
+    return policy.HealthSignal(
+        kind=policy.SignalKind.XID, node=node.name, gpu_uuid=event.gpu_uuid, xid=event.xid,
+        pci_bus_id=normalize_pci_bus_id(event.pci_bus_id), at=at,
+        category=_enum(Category, event.category) or (info.category if info else None),
+        action=_enum(Action, event.action) or (info.action if info else None),
+        evidence=f"NVML Xid {event.xid}" + (f" ({info.mnemonic})" if info else ""),
+        dedup_key=event.dedup_key,
+    )
+
+
+def _enum(cls: Any, value: str) -> Any:
+    try:
+        return cls(value)
+    except ValueError:
+        return None
+
+
+def _parse_at(text: str) -> datetime | None:
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else None
+
+
+def _rows(node: Node, payload: HeartbeatPayload, gpus: dict[str, Gpu]) -> list[ReadingRow]:
+    rows = []
+    for gpu in payload.gpus:
+        row = gpus.get(gpu.uuid)
+        if row is None:
+            continue
+        util = gpu.gpu_util_pct
+        rows.append(ReadingRow(
+            gpu_id=row.pk, sm_active=None if util is None else util / 100.0, gpu_util=util,
+            fb_used_mib=gpu.memory_used_mib, temperature_c=gpu.temperature_c, power_w=gpu.power_w,
+            ecc_dbe_volatile=gpu.ecc.volatile_dbe,
+            row_remap_failure=None if gpu.row_remap.failure is None else int(gpu.row_remap.failure),
+            row_remap_pending=None if gpu.row_remap.pending is None else int(gpu.row_remap.pending),
+        ))
+    return rows
+
+
+def agent_heartbeat(
+    *, node: Node, payload: HeartbeatPayload, burn_in: dict[str, Any] | None = None, now: datetime | None = None
+) -> HeartbeatOutcome:
+    """Record a heartbeat: liveness, readings, faults (through the policy) and, when the node's
+    ticket is in burn-in, the burn-in result the agent ran. NotRegistered before any register."""
+    from .tickets import burn_in_record, unfinished_ticket
+
+    now = now or timezone.now()
+    actor = agent_actor(node)
+    with transaction.atomic():
+        node = Node.objects.select_for_update().get(pk=node.pk)
+        status = AgentStatus.objects.filter(node=node).first()
+        if status is None:
+            raise NotRegistered(f"node {node.name} has not registered")
+        AgentStatus.objects.filter(pk=status.pk).update(last_seq=payload.seq, last_heartbeat_at=now)
+        gpus = {g.uuid: g for g in Gpu.objects.filter(node=node)}
+        outcome = HeartbeatOutcome(seq=payload.seq)
+        outcome.stored = readings_store(rows=_rows(node, payload, gpus), source=EventSource.AGENT, now=now)
+        node_seen(node=node, now=now)
+        outcome.signals = signals_apply(node=node, signals=heartbeat_signals(node, payload), source=EventSource.AGENT,
+                                        actor=actor, now=now, gpus=gpus)
+        if burn_in is not None:
+            ticket = unfinished_ticket(node)
+            if ticket is not None and ticket.state == TicketState.BURN_IN:
+                outcome.burn_in = burn_in_record(ticket=ticket, passed=burn_in["passed"], details=burn_in["details"],
+                                                 actor=actor, reported_by=Reporter.AGENT, now=now)
+    return outcome
+
+
+def burn_in_from_body(data: Any) -> dict[str, Any] | None:
+    """The heartbeat body's optional "burn_in": {"passed": bool, "details": str}; ValueError names the field."""
+    raw = data.get("burn_in") if isinstance(data, dict) else None
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("passed"), bool):
+        raise ValueError("burn_in.passed: expected true or false")
+    details = raw.get("details", "")
+    if not isinstance(details, str):
+        raise ValueError("burn_in.details: expected a string")
+    return {"passed": raw["passed"], "details": details[:4000]}

@@ -1,0 +1,119 @@
+"""DCGM exporter telemetry: parse, match each reading to a GPU row, store it, apply the policy."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from core.actors import Actor
+from fleet.models import Gpu, Node
+from health.choices import EventSource
+from health.core import dcgm, policy
+from health.models import WHOLE_GPU
+
+from .events import HEALTH_ACTOR, SignalOutcome, signals_apply
+from .liveness import node_seen
+from .readings import ReadingRow, readings_store
+
+
+@dataclass
+class DcgmOutcome:
+    """What one exposition did: readings understood and stored, events and actions."""
+
+    readings: list[dcgm.GpuReading]
+    matched: list[Gpu | None]
+    stored: int = 0
+    signals: SignalOutcome = field(default_factory=SignalOutcome)
+
+    @property
+    def unmatched(self) -> list[dcgm.GpuReading]:
+        return [r for r, gpu in zip(self.readings, self.matched, strict=True) if gpu is None]
+
+    def dry_run_rows(self) -> list[dict]:
+        rows = []
+        for reading, gpu in zip(self.readings, self.matched, strict=True):
+            data = reading.to_json()
+            data["matched_gpu"] = gpu.uuid if gpu else None
+            rows.append(data)
+        return rows
+
+
+def dcgm_parse(text: str | bytes) -> list[dcgm.GpuReading]:
+    """Readings of an exposition; ValidationError naming the line when the text is not one."""
+    try:
+        readings = dcgm.parse_exposition(text)
+    except ValueError as exc:
+        raise ValidationError({"text": [str(exc)]}, code="invalid") from exc
+    if not readings:
+        raise ValidationError({"text": ["No GPU samples found: expected dcgm-exporter /metrics text."]},
+                              code="empty")
+    return readings
+
+
+def match_gpus(node: Node, readings: Sequence[dcgm.GpuReading], gpus: Sequence[Gpu]) -> list[Gpu | None]:
+    """By UUID; else by index when the reading's hostname is the node's (or absent)."""
+    by_uuid = {g.uuid: g for g in gpus}
+    by_index = {g.index: g for g in gpus}
+    names = {node.name, node.hostname} - {""}
+    out: list[Gpu | None] = []
+    for reading in readings:
+        gpu = by_uuid.get(reading.uuid or "")
+        if gpu is None and reading.uuid is None and reading.gpu_index is not None:
+            if reading.hostname is None or reading.hostname in names or reading.hostname.split(".")[0] in names:
+                gpu = by_index.get(reading.gpu_index)
+        out.append(gpu)
+    return out
+
+
+def _row(reading: dcgm.GpuReading, gpu: Gpu) -> ReadingRow:
+    return ReadingRow(
+        gpu_id=gpu.pk,
+        mig_instance_id=WHOLE_GPU if reading.mig_instance_id is None else reading.mig_instance_id,
+        mig_profile=reading.mig_profile or "",
+        sm_active=reading.sm_active, gpu_util=reading.gpu_util, fb_used_mib=reading.fb_used_mib,
+        fb_free_mib=reading.fb_free_mib, temperature_c=reading.temperature_c, power_w=reading.power_w,
+        ecc_dbe_volatile=reading.ecc_dbe_volatile, row_remap_failure=reading.row_remap_failure,
+        row_remap_pending=reading.row_remap_pending, xid_last=reading.xid_last, health_status=reading.health_status,
+        pod=reading.pod or "", namespace=reading.namespace or "",
+    )
+
+
+def dcgm_signals(node: Node, readings: Sequence[dcgm.GpuReading], matched: Sequence[Gpu | None]) -> list:
+    signals = []
+    for reading, gpu in zip(readings, matched, strict=True):
+        if reading.mig_instance_id is not None:
+            continue  # MIG rows repeat their parent GPU's counters
+        for signal in policy.signals_from_reading(reading, node=node.name):
+            if signal.gpu_uuid is None and gpu is not None:
+                signal = replace(signal, gpu_uuid=gpu.uuid, dedup_key="")
+            signals.append(signal)
+    return signals
+
+
+def dcgm_ingest(
+    *, node: Node, text: str | bytes, actor: Actor = HEALTH_ACTOR, dry_run: bool = False, now: datetime | None = None
+) -> DcgmOutcome:
+    """Parse one exposition of `node`, store its readings and act on its fault counters (ECC DBE,
+    row-remap failure, DCGM health, Xid). Dry run: parse and match only, store nothing.
+    Raises ValidationError (nothing stored) for text that is not an exposition."""
+    readings = dcgm_parse(text)
+    now = now or timezone.now()
+    if dry_run:
+        return DcgmOutcome(readings=readings, matched=match_gpus(node, readings, list(Gpu.objects.filter(node=node))))
+    with transaction.atomic():
+        node = Node.objects.select_for_update().get(pk=node.pk)
+        gpus = list(Gpu.objects.filter(node=node))
+        matched = match_gpus(node, readings, gpus)
+        outcome = DcgmOutcome(readings=readings, matched=matched)
+        rows = [_row(r, g) for r, g in zip(readings, matched, strict=True) if g is not None]
+        outcome.stored = readings_store(rows=rows, source=EventSource.DCGM, now=now)
+        node_seen(node=node, now=now)
+        signals = dcgm_signals(node, readings, matched)
+        if signals:
+            outcome.signals = signals_apply(node=node, signals=signals, source=EventSource.DCGM, actor=actor, now=now,
+                                            gpus={g.uuid: g for g in gpus})
+    return outcome

@@ -1,0 +1,201 @@
+"""Turning policy signals into stored events and executed actions, exactly once.
+
+A signal whose dedup_key is stored already is a replay (a log read twice, an upload retried):
+nothing changes. A signal with the same storm key as an unresolved event seen within the storm
+window is part of that storm: the event's counter grows, and no new action runs. Anything else
+is a new event, and the policy's actions run for it in the same transaction."""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import F
+
+from core.actors import Actor
+from fleet.models import Gpu, Node
+from health.choices import EventKind, EventSource, Severity
+from health.core import policy
+from health.core.xid_catalog import Action, action_for, is_node_remediation
+from health.models import HealthEvent
+
+from .remediation import actions_execute, policy_context
+
+STORM_WINDOW = timedelta(seconds=60)
+HEALTH_ACTOR = Actor.automation("health")
+
+
+@dataclass
+class SignalOutcome:
+    """What applying a batch of signals did."""
+
+    created: list[HealthEvent] = field(default_factory=list)
+    repeated: list[HealthEvent] = field(default_factory=list)  # storm counters that grew
+    duplicates: int = 0  # replays: already stored, nothing done
+
+    @property
+    def actions(self) -> list[dict[str, Any]]:
+        return [action for event in self.created for action in event.actions_taken]
+
+    def merge(self, other: SignalOutcome) -> None:
+        self.created += other.created
+        self.repeated += other.repeated
+        self.duplicates += other.duplicates
+
+
+def storm_key_of(signal: policy.HealthSignal) -> str:
+    text = "|".join("" if part is None else str(part) for part in policy.storm_key(signal))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _catalog_action(signal: policy.HealthSignal) -> str:
+    """The catalog action behind the signal (what decide() looks up); empty for application faults."""
+    if signal.kind in policy.WORKLOAD_STEPS:
+        return ""
+    if signal.kind is policy.SignalKind.DCGM_HEALTH and signal.severity == policy.SEVERITY_WARNING:
+        return str(Action.MARK_SUSPECT)
+    if signal.action is not None:
+        return str(signal.action)
+    if signal.kind is policy.SignalKind.XID and signal.xid is not None:
+        return str(action_for(signal.xid, signal.evidence))
+    return str(policy.KIND_ACTIONS.get(signal.kind, Action.NONE))
+
+
+def _severity(signal: policy.HealthSignal, action: str) -> str:
+    if action and is_node_remediation(Action(action)):
+        return Severity.FATAL
+    if signal.kind in policy.WORKLOAD_STEPS or action not in ("", Action.NONE):
+        return Severity.WARNING
+    return Severity.INFO
+
+
+def event_create(
+    *,
+    signal: policy.HealthSignal,
+    node: Node | None,
+    gpu: Gpu | None,
+    source: str,
+    now: datetime,
+    workload_id: int | None = None,
+) -> HealthEvent:
+    first = signal.at or now
+    action = _catalog_action(signal)
+    return HealthEvent.objects.create(
+        kind=str(signal.kind),
+        source=source,
+        severity=_severity(signal, action),
+        node=node,
+        gpu=gpu,
+        gpu_uuid=signal.gpu_uuid or (gpu.uuid if gpu else ""),
+        pci_bus_id=signal.pci_bus_id or "",
+        xid=signal.xid,
+        category=str(signal.category or ""),
+        action=action,
+        evidence=signal.evidence[:4000],
+        raw=signal.raw[:4000],
+        dedup_key=signal.dedup_key,
+        storm_key=storm_key_of(signal),
+        count=signal.count,
+        first_seen=first,
+        last_seen=signal.last_at or first,
+        workload_id=workload_id,
+    )
+
+
+def signals_apply(
+    *,
+    node: Node,
+    signals: Iterable[policy.HealthSignal],
+    source: str,
+    actor: Actor = HEALTH_ACTOR,
+    now: datetime,
+    gpus: dict[str, Gpu] | None = None,
+    workload_id: int | None = None,
+    context: policy.PolicyContext | None = None,
+) -> SignalOutcome:
+    """Store and act on one node's signals. The caller holds the node's row lock in its transaction,
+    which serialises concurrent uploads for the node (so the dedup check below cannot race)."""
+    outcome = SignalOutcome()
+    pending = _unique(policy.collapse(signals, window_s=STORM_WINDOW.total_seconds()))
+    if not pending:
+        return outcome
+    known = set(HealthEvent.objects.filter(dedup_key__in=[s.dedup_key for s in pending]).values_list(
+        "dedup_key", flat=True))
+    gpus = gpus if gpus is not None else {g.uuid: g for g in Gpu.objects.filter(node=node)}
+    for signal in pending:
+        if signal.dedup_key in known:
+            outcome.duplicates += 1
+            continue
+        storm = _open_storm(node, signal, now)
+        if storm is not None:
+            HealthEvent.objects.filter(pk=storm.pk).update(
+                count=F("count") + signal.count, last_seen=max(storm.last_seen, signal.last_at or signal.at or now)
+            )
+            storm.refresh_from_db(fields=["count", "last_seen"])
+            outcome.repeated.append(storm)
+            continue
+        gpu = gpus.get(signal.gpu_uuid or "")
+        event = event_create(signal=signal, node=node, gpu=gpu, source=source, now=now, workload_id=workload_id)
+        context = context or policy_context(node=node, now=now, nodes=signal.nodes)
+        actions = policy.decide(signal, context)
+        if actions:
+            event.actions_taken = actions_execute(actions=actions, event=event, node=node, actor=actor, now=now)
+            event.save(update_fields=["actions_taken"])
+            context = None  # the actions changed what runs where
+        outcome.created.append(event)
+    return outcome
+
+
+def _unique(signals: Sequence[policy.HealthSignal]) -> list[policy.HealthSignal]:
+    seen: set[str] = set()
+    out = []
+    for signal in signals:
+        if signal.dedup_key not in seen:
+            seen.add(signal.dedup_key)
+            out.append(signal)
+    return out
+
+
+def _open_storm(node: Node, signal: policy.HealthSignal, now: datetime) -> HealthEvent | None:
+    if signal.kind in (policy.SignalKind.NCCL_TIMEOUT, policy.SignalKind.HANG, policy.SignalKind.OOM):
+        return None  # each application fault is its own event (the dedup key covers retries)
+    at = signal.at or now
+    return (
+        HealthEvent.objects.filter(
+            node=node, storm_key=storm_key_of(signal), resolved_at__isnull=True, last_seen__gte=at - STORM_WINDOW
+        )
+        .order_by("-last_seen")
+        .first()
+    )
+
+
+def condition_record(
+    *, node: Node | None, kind: str, source: str, evidence: str, key: str, now: datetime,
+    severity: str = Severity.WARNING, workload_id: int | None = None,
+) -> tuple[HealthEvent, bool]:
+    """A repeating condition (a failing scrape, a silent agent): one event per `key` whose counter
+    grows each time it is seen again. Returns (event, created)."""
+    dedup = hashlib.sha256(f"condition|{kind}|{key}".encode()).hexdigest()
+    event = HealthEvent.objects.filter(dedup_key=dedup).first()
+    if event is not None:
+        HealthEvent.objects.filter(pk=event.pk).update(count=F("count") + 1, last_seen=now, evidence=evidence[:4000])
+        event.refresh_from_db()
+        return event, False
+    event = HealthEvent.objects.create(
+        kind=kind, source=source, severity=severity, node=node, evidence=evidence[:4000], dedup_key=dedup,
+        storm_key=dedup, first_seen=now, last_seen=now, workload_id=workload_id,
+    )
+    return event, True
+
+
+__all__ = [
+    "EventKind",
+    "EventSource",
+    "HEALTH_ACTOR",
+    "SignalOutcome",
+    "condition_record",
+    "event_create",
+    "signals_apply",
+]
