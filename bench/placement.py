@@ -139,10 +139,13 @@ def quality(snapshot: Snapshot, result: RoundResult) -> dict[str, int]:
 def end_to_end(args: argparse.Namespace) -> int:
     """(c) The Django round end to end: load the snapshot from the database, schedule, commit.
 
-    Left for the scheduling-Django part (it needs a database round); it must not be faked here."""
-    print("(c) end to end: not filled in yet — the scheduling-Django part provides it "
-          "(scheduling.services.rounds needs a database round)")
-    return 2
+    Provided by scheduling.bench_e2e (PostgreSQL from DATABASE_URL, in a scratch database)."""
+    try:
+        from scheduling import bench_e2e
+    except ImportError:
+        print("(c) end to end: scheduling/bench_e2e.py is missing (the scheduling-Django part provides it)")
+        return 2
+    return bench_e2e.run(make_snapshot(args.nodes, args.pending, args.seed, args.busy))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,12 +58,15 @@ def chunked(items: Sequence, size: int = CHUNK) -> Iterator[Sequence]:
 
 
 def _lock_rows(model, pks: Iterable[int]) -> None:
-    """SELECT ... FOR UPDATE in pk order (a no-op on SQLite, whose writer lock is the whole DB)."""
+    """SELECT ... FOR UPDATE in pk order (a no-op on SQLite, whose writer lock is the whole DB).
+
+    One array parameter instead of an IN list: tens of thousands of ids bind in one value."""
     ordered = sorted(set(pks))
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or not ordered:
         return
-    for part in chunked(ordered):
-        list(model.objects.filter(pk__in=part).order_by("pk").select_for_update().values_list("pk", flat=True))
+    table = connection.ops.quote_name(model._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id FROM {table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [ordered])
 
 
 def _gpu_states(gpu_ids: list[int], node_ids: list[int]) -> dict[int, _GpuState]:
@@ -142,8 +145,29 @@ def allocations_claim(*, claims: Sequence[GangClaim]) -> tuple[list[int], list[i
             )
             for row in claim.rows
         )
-    Allocation.objects.bulk_create(new_rows, batch_size=2000)
+    _insert(new_rows)
     return placed, dropped
+
+
+def _insert(rows: list[Allocation]) -> None:
+    """bulk_create, or on PostgreSQL one INSERT ... SELECT FROM unnest(arrays): a round may
+    create tens of thousands of rows and Django's per-value preparation dominated the commit."""
+    if connection.vendor != "postgresql" or not rows:
+        Allocation.objects.bulk_create(rows, batch_size=2000)
+        return
+    from django.utils import timezone
+
+    now = timezone.now()
+    columns = ["workload_id", "pod_set_id", "replica", "gpu_id", "node_id", "exclusive", "milli", "mig_instance"]
+    types = ["bigint[]", "bigint[]", "integer[]", "bigint[]", "bigint[]", "boolean[]", "integer[]", "text[]"]
+    arrays = [[getattr(row, c) for row in rows] for c in columns]
+    unnest = ", ".join(f"%s::{t}" for t in types)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO scheduling_allocation ({', '.join(columns)}, created_at) "
+            f"SELECT *, %s FROM unnest({unnest})",
+            [now, *arrays],
+        )
 
 
 def allocations_release(*, workload_ids: Iterable[int], now: datetime) -> int:
