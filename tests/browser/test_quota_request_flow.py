@@ -3,11 +3,13 @@ error), an operator approves it from the review queue, the team page shows the n
 both actions in its history. Saves artifacts/quota-request-*.png."""
 from __future__ import annotations
 
+import datetime as dt
 import os
 
 import pytest
+from django.utils import timezone
 
-from scheduling.models import QueueQuota, QuotaRequest
+from scheduling.models import QueueQuota, QueueUsageSample, QuotaRequest
 from tests.scheduling.quota_fixtures import *  # noqa: F403
 
 # Playwright's sync API runs an event loop in this thread; the ORM reads made here while it is
@@ -45,6 +47,13 @@ def test_a_team_member_files_and_an_operator_approves(transactional_db, live_ser
                                                       research_queue, other_queue, h100, team_member, operator):
     from playwright.sync_api import expect
 
+    now = timezone.now()
+    QueueUsageSample.objects.bulk_create(
+        QueueUsageSample(queue=research_queue, flavor=h100, at=now - dt.timedelta(hours=h), nominal=8,
+                         in_use=6 + h % 3, utilised=4.0)
+        for h in range(48)
+    )
+
     member = log_in(browser, live_server, team_member.username)
     member.goto(f"{live_server.url}/scheduling/quota-requests/new/")
     member.select_option("#id_flavor", label="H100")
@@ -72,6 +81,7 @@ def test_a_team_member_files_and_an_operator_approves(transactional_db, live_ser
 
     member.goto(f"{live_server.url}/scheduling/teams/{research_queue.team_id}/")
     expect(member.locator("#usage-table tr[data-flavor='H100'] td.nominal")).to_have_text("12")
+    expect(member.locator(f"#usage-7d-{h100.pk} .main-svg").first).to_be_visible()
     history = member.locator(".audit-table")
     expect(history).to_contain_text("quota_request.submit")
     expect(history).to_contain_text("quota_request.approve")
