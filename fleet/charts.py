@@ -6,12 +6,12 @@ at 10,000 GPU cells the template engine's per-cell cost (~25 µs) alone would bl
 from __future__ import annotations
 
 from collections.abc import Sequence
+from html import escape
 from urllib.parse import quote
 
 import plotly.graph_objects as go
 import plotly.io as pio
 from django.urls import reverse
-from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from .selectors import FlavorCapacity, GpuStatus, RackRow
@@ -65,7 +65,8 @@ _CELLS = {status: f'<i class="g {status}"></i>' for status, _ in GpuStatus.LEGEN
 
 def rack_grid_html(racks: Sequence[RackRow]) -> SafeString:
     """Racks as columns of node boxes (left border in the node-state colour), each with one
-    cell per GPU: allocated, idle or unhealthy. Every name is escaped."""
+    cell per GPU: allocated, idle or unhealthy. Every name is escaped (the standard library's
+    escape: Django's lazy-aware wrapper costs 5 µs a call, thousands of times here)."""
     if not racks:
         return mark_safe('<p class="muted">No nodes yet.</p>')
     prefix, suffix = reverse("fleet:node", args=["NODE"]).split("NODE")
