@@ -70,15 +70,23 @@ def _lock_rows(model, pks: Iterable[int]) -> None:
 
 
 def _gpu_states(gpu_ids: list[int], node_ids: list[int]) -> dict[int, _GpuState]:
+    from .bulk import by_ids
+
     ready = set()
-    for part in chunked(node_ids):
-        ready.update(Node.objects.filter(pk__in=part, state=NodeState.READY).values_list("pk", flat=True))
+    for nodes in by_ids(Node.objects.filter(state=NodeState.READY), node_ids):
+        ready.update(nodes.values_list("pk", flat=True))
     states: dict[int, _GpuState] = {}
-    for part in chunked(gpu_ids):
-        for pk, node_id, health in Gpu.objects.filter(pk__in=part).values_list("pk", "node_id", "health"):
+    for gpus in by_ids(Gpu.objects.all(), gpu_ids):
+        for pk, node_id, health in gpus.values_list("pk", "node_id", "health"):
             states[pk] = _GpuState(usable=node_id in ready and health != GpuHealth.UNHEALTHY)
-        held = Allocation.objects.filter(gpu_id__in=part, released_at__isnull=True)
-        for gpu_id, exclusive, milli, mig in held.values_list("gpu_id", "exclusive", "milli", "mig_instance"):
+    held = Allocation.objects.filter(released_at__isnull=True)
+    if connection.vendor == "postgresql":
+        held = held.extra(where=["scheduling_allocation.gpu_id = ANY(%s)"], params=[gpu_ids])
+        parts = [held]
+    else:
+        parts = [held.filter(gpu_id__in=part) for part in chunked(gpu_ids)]
+    for part in parts:
+        for gpu_id, exclusive, milli, mig in part.values_list("gpu_id", "exclusive", "milli", "mig_instance"):
             state = states[gpu_id]
             state.holders += 1
             state.exclusive_held |= exclusive
@@ -133,41 +141,36 @@ def allocations_claim(*, claims: Sequence[GangClaim]) -> tuple[list[int], list[i
         _take(claim.rows, states)
         placed.append(claim.workload_id)
         new_rows.extend(
-            Allocation(
-                workload_id=claim.workload_id,
-                pod_set_id=row.pod_set_id,
-                replica=row.replica,
-                gpu_id=row.gpu_id,
-                node_id=row.node_id,
-                exclusive=row.exclusive,
-                milli=row.milli,
-                mig_instance=row.mig_instance,
-            )
-            for row in claim.rows
+            (claim.workload_id, r.pod_set_id, r.replica, r.gpu_id, r.node_id, r.exclusive, r.milli, r.mig_instance)
+            for r in claim.rows
         )
     _insert(new_rows)
     return placed, dropped
 
 
-def _insert(rows: list[Allocation]) -> None:
-    """bulk_create, or on PostgreSQL one INSERT ... SELECT FROM unnest(arrays): a round may
+def _insert(rows: list[tuple]) -> None:
+    """Insert allocation rows; on PostgreSQL one INSERT ... SELECT FROM unnest(arrays): a round may
     create tens of thousands of rows and Django's per-value preparation dominated the commit."""
-    if connection.vendor != "postgresql" or not rows:
-        Allocation.objects.bulk_create(rows, batch_size=2000)
-        return
     from django.utils import timezone
 
+    from .bulk import insert_rows
+
     now = timezone.now()
-    columns = ["workload_id", "pod_set_id", "replica", "gpu_id", "node_id", "exclusive", "milli", "mig_instance"]
-    types = ["bigint[]", "bigint[]", "integer[]", "bigint[]", "bigint[]", "boolean[]", "integer[]", "text[]"]
-    arrays = [[getattr(row, c) for row in rows] for c in columns]
-    unnest = ", ".join(f"%s::{t}" for t in types)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO scheduling_allocation ({', '.join(columns)}, created_at) "
-            f"SELECT *, %s FROM unnest({unnest})",
-            [now, *arrays],
-        )
+    insert_rows(
+        model=Allocation,
+        fields=[
+            "workload_id",
+            "pod_set_id",
+            "replica",
+            "gpu_id",
+            "node_id",
+            "exclusive",
+            "milli",
+            "mig_instance",
+            "created_at",
+        ],
+        rows=[(*row, now) for row in rows],
+    )
 
 
 def allocations_release(*, workload_ids: Iterable[int], now: datetime) -> int:

@@ -36,7 +36,7 @@ from scheduling.models import PlacementRound, SchedulerLock, Workload
 from scheduling.selectors import SnapshotIndex, placements_to_json, snapshot_load
 
 from .allocation import AllocationRow, GangClaim, allocations_claim, chunked
-from .bulk import rows_update
+from .bulk import by_ids, rows_update
 from .transitions import WAITING, transitions_record_bulk
 from .workloads import workload_preempt
 
@@ -161,8 +161,7 @@ def round_commit(*, result: RoundResult, index: SnapshotIndex, actor: Actor, now
             return report
         ids = [a.workload_id for a in result.admitted]
         waiting: dict[int, str] = {}
-        for part in chunked(ids):
-            claimable = Workload.objects.filter(pk__in=part, state__in=WAITING).select_for_update()
+        for claimable in by_ids(Workload.objects.filter(state__in=WAITING).select_for_update(), ids):
             waiting.update(claimable.values_list("pk", "state"))
         claims, stale = _claims(result.admitted, index, waiting)
         placed, dropped = allocations_claim(claims=claims)
@@ -198,8 +197,8 @@ def _mark_admitted(
         Value(now, output_field=DateTimeField()) - Coalesce(F("queued_at"), F("submitted_at")),
         output_field=DurationField(),
     )
-    for part in chunked(placed):
-        Workload.objects.filter(pk__in=part).update(
+    for chosen in by_ids(Workload.objects.all(), placed):
+        chosen.update(
             state=WorkloadState.ADMITTED,
             admitted_at=now,
             time_to_bind=wait,

@@ -49,11 +49,16 @@ def transitions_record_bulk(*, changes: Sequence[tuple[int, str]], to_state: str
     """Record many already-claimed changes at once: (workload id, from state) pairs.
 
     For the placement round, which claims thousands of workloads with one UPDATE."""
-    rows = [
-        WorkloadTransition(workload_id=wid, from_state=from_state, to_state=to_state, reason=reason, actor=actor.label)
-        for wid, from_state in changes
-    ]
-    WorkloadTransition.objects.bulk_create(rows, batch_size=2000)
+    from django.utils import timezone
+
+    from .bulk import insert_rows
+
+    at = timezone.now()
+    insert_rows(
+        model=WorkloadTransition,
+        fields=["workload_id", "at", "from_state", "to_state", "reason", "actor"],
+        rows=[(wid, at, from_state, to_state, reason, actor.label) for wid, from_state in changes],
+    )
 
 
 WAITING = (WorkloadState.PENDING, WorkloadState.REQUEUED)
