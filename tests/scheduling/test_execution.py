@@ -1,0 +1,117 @@
+"""The simulated executor's life cycle, stop_gang for the health loop, and the round command."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.core.management import call_command
+
+from core.actors import Actor
+from scheduling.choices import WorkloadState
+from scheduling.executors import Executor, base, executor_for_kind, register_executor
+from scheduling.models import Allocation, Workload
+from scheduling.services import executor_tick, workload_stop_gang, workload_submit
+
+from .conftest import run_round, training
+
+HEALTH = Actor.automation("health")
+
+
+def _held(w: Workload) -> int:
+    return Allocation.objects.filter(workload=w, released_at__isnull=True).count()
+
+
+def test_a_simulated_job_checkpoints_on_schedule_then_succeeds_and_frees_its_gpus(research_queue, clock):
+    w = workload_submit(
+        spec=training(
+            "sim",
+            16,
+            run_seconds=1000,
+            checkpoint_interval_seconds=300,
+            checkpoint={"enabled": True, "write_seconds": 10},
+        ),
+        actor=HEALTH,
+    )
+    run_round(clock)
+    clock.advance(650)
+    executor_tick(now=clock.now)
+    w.refresh_from_db()
+    assert (w.state, w.progress_step, w.checkpoint_step) == (WorkloadState.RUNNING, 650, 600)
+    assert w.last_checkpoint_at == w.started_at + timedelta(seconds=600)
+
+    clock.advance(400)
+    executor_tick(now=clock.now)
+    w.refresh_from_db()
+    assert (w.state, w.progress_step, _held(w)) == (WorkloadState.SUCCEEDED, 1000, 0)
+
+
+def test_stop_gang_with_enough_grace_saves_a_final_checkpoint_and_loses_nothing(research_queue, clock):
+    w = workload_submit(spec=training("t", 32, checkpoint={"enabled": True, "write_seconds": 120}), actor=HEALTH)
+    run_round(clock)
+    clock.advance(900)
+
+    stop = workload_stop_gang(workload=w, reason="NCCL timeout", actor=HEALTH, grace_seconds=300)
+
+    assert stop.stopped and stop.lost_gpu_seconds == 0 and stop.gpus_released == 32
+    w.refresh_from_db()
+    assert (w.state, w.requeue_count, w.resume_step, _held(w)) == (WorkloadState.REQUEUED, 1, 900, 0)
+    assert not workload_stop_gang(workload=w, reason="again", actor=HEALTH).stopped  # idempotent
+
+
+def test_stop_gang_without_requeue_fails_the_workload(research_queue, clock):
+    w = workload_submit(spec=training("t", 8), actor=HEALTH)
+    run_round(clock)
+    clock.advance(100)
+
+    stop = workload_stop_gang(workload=w, reason="bad input data", actor=HEALTH, requeue=False)
+
+    w.refresh_from_db()
+    assert w.state == WorkloadState.FAILED and stop.lost_gpu_seconds == 800 and _held(w) == 0
+
+
+def test_another_executor_registers_with_one_line_and_gets_the_gangs_of_its_pools(research_queue, clock):
+    from fleet.models import Node
+
+    started = []
+
+    class Recording(Executor):
+        def start(self, workload, placements):
+            started.append((workload.name, [p.node for p in placements]))
+            return "job-42"
+
+        def stop_graceful(self, workload, grace_seconds):
+            pass
+
+        def stop_hard(self, workload):
+            pass
+
+        def poll(self, workloads, now, stops=None):
+            return []
+
+    previous = base._registry.get("slurm")
+    register_executor("slurm", Recording)
+    try:
+        Node.objects.update(executor="slurm")
+        w = workload_submit(spec=training("t", 16), actor=HEALTH)
+        run_round(clock)
+        w.refresh_from_db()
+        assert started == [("t", ["n1", "n2"])]
+        assert (w.state, w.executor, w.executor_job_id) == (WorkloadState.ADMITTED, "slurm", "job-42")
+        assert isinstance(executor_for_kind("slurm"), Recording)
+    finally:
+        if previous is not None:
+            register_executor("slurm", previous)
+        else:
+            base._registry.pop("slurm", None)
+            base._instances.pop("slurm", None)
+
+
+def test_the_placement_round_command_prints_its_decisions(research_queue, capsys):
+    workload_submit(spec=training("train-A", 32), actor=HEALTH)
+    workload_submit(spec=training("too-big", 64), actor=HEALTH)
+
+    call_command("placement_round")
+
+    out = capsys.readouterr().out
+    assert "admit" in out and "train-A: n1[0,1,2,3,4,5,6,7], n2[" in out
+    assert "pending" in out and "1 admitted" in out
