@@ -180,6 +180,12 @@ FLEETDECK = {
     # (1.0: never beyond capacity) unless the operator ticks "override", which is audited.
     "QUOTA_OVERSUBSCRIPTION_MAX": float(env_str("QUOTA_OVERSUBSCRIPTION_MAX", "1.0")),
     "NODE_STALE_SECONDS": env_int("NODE_STALE_SECONDS", 120),
+    # Health loop: a node is quarantined at its 3rd NCCL timeout within 24 h; a running workload
+    # without progress for 15 min is flagged, then requeued by the next watchdog check.
+    "NCCL_QUARANTINE_OFFENCES": env_int("NCCL_QUARANTINE_OFFENCES", 3),
+    "NCCL_QUARANTINE_WINDOW_S": env_int("NCCL_QUARANTINE_WINDOW_S", 86400),
+    "WATCHDOG_STALE_SECONDS": env_int("WATCHDOG_STALE_SECONDS", 900),
+    "DCGM_SCRAPE_SECONDS": env_int("DCGM_SCRAPE_SECONDS", 15),
     # Slurm back-end (fleet/backends/slurm): inventory sync, drain/resume mirroring, executor.
     "SLURM_ENABLED": env_bool("SLURM_ENABLED", False),
     "SLURM_SYNC_SECONDS": env_int("SLURM_SYNC_SECONDS", 30),
@@ -209,6 +215,16 @@ CELERY_BEAT_SCHEDULE["placement_round"] = {
     "schedule": float(FLEETDECK["PLACEMENT_ROUND_SECONDS"]),
     "options": {"expires": float(FLEETDECK["PLACEMENT_ROUND_SECONDS"])},
 }
+# Health: */15 s scrape every node's dcgm-exporter; every 30 s mark silent nodes unknown; every
+# 5 min the zombie watchdog; hourly prune the one-minute GPU history to 7 days.
+CELERY_BEAT_SCHEDULE["health_exporters_scrape"] = {
+    "task": "health.exporters_scrape",
+    "schedule": float(FLEETDECK["DCGM_SCRAPE_SECONDS"]),
+    "options": {"expires": float(FLEETDECK["DCGM_SCRAPE_SECONDS"])},
+}
+CELERY_BEAT_SCHEDULE["health_nodes_mark_stale"] = {"task": "health.nodes_mark_stale", "schedule": 30.0}
+CELERY_BEAT_SCHEDULE["health_workloads_watchdog"] = {"task": "health.workloads_watchdog", "schedule": 300.0}
+CELERY_BEAT_SCHEDULE["health_readings_prune"] = {"task": "health.readings_prune", "schedule": 3600.0}
 CELERY_BEAT_SCHEDULE["executor_tick"] = {
     "task": "scheduling.executor_tick",
     "schedule": float(FLEETDECK["PLACEMENT_ROUND_SECONDS"]),

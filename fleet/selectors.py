@@ -126,7 +126,11 @@ def utilised_by_gpu() -> dict[int, float]:
     The single hook through which utilisation reaches the overview: health telemetry fills it
     with one query over the newest readings. Until readings are stored there is nothing to
     report, and an honest empty answer shows 0 rather than a guess."""
-    return {}
+    from django.utils import timezone
+
+    from health.selectors import utilised_by_gpu as health_utilised
+
+    return health_utilised(now=timezone.now())
 
 
 def active_allocated_gpu_ids() -> set[int]:

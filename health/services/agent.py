@@ -233,8 +233,9 @@ def agent_heartbeat(
         outcome = HeartbeatOutcome(seq=payload.seq)
         outcome.stored = readings_store(rows=_rows(node, payload, gpus), source=EventSource.AGENT, now=now)
         node_seen(node=node, now=now)
+        # The agent reports; the health loop acts (automation:health cordons, not the agent).
         outcome.signals = signals_apply(node=node, signals=heartbeat_signals(node, payload), source=EventSource.AGENT,
-                                        actor=actor, now=now, gpus=gpus)
+                                        now=now, gpus=gpus)
         if burn_in is not None:
             ticket = unfinished_ticket(node)
             if ticket is not None and ticket.state == TicketState.BURN_IN:

@@ -1,0 +1,25 @@
+"""python manage.py issue_node_token NODE: create or rotate the node's agent token, print it once."""
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from core.actors import Actor
+from core.audit import audit_record
+from fleet.models import NodeAgentToken
+
+from ._common import node_named
+
+
+class Command(BaseCommand):
+    help = "Issue (or rotate) a node's agent token; the token is printed once and only its hash is kept."
+
+    def add_arguments(self, parser):
+        parser.add_argument("node")
+
+    def handle(self, *args, **options):
+        node = node_named(options["node"])
+        with transaction.atomic():
+            key = NodeAgentToken.issue(node)
+            audit_record(actor=Actor.automation("issue_node_token"), verb="node.token_issue", target=node)
+        self.stdout.write(key)

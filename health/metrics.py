@@ -1,0 +1,36 @@
+"""/metrics collectors of the health app, registered from HealthConfig.ready()."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db.models import Count
+from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+
+def collect() -> Iterable[Metric]:
+    from health.choices import TicketState
+    from health.models import HealthEvent, RepairTicket
+    from health.selectors import idle_allocated_gpus
+
+    idle = idle_allocated_gpus(now=timezone.now())
+    gauge = GaugeMetricFamily(
+        "fleetdeck_idle_allocated_gpus",
+        "Allocated GPUs with SM activity under 5 % for 30 minutes", labels=["team"],
+    )
+    by_team: dict[str, int] = {}
+    for gpu in idle:
+        by_team[gpu.team] = by_team.get(gpu.team, 0) + 1
+    for team, count in sorted(by_team.items()):
+        gauge.add_metric([team], count)
+    total = GaugeMetricFamily("fleetdeck_idle_allocated_gpus_total", "Idle allocated GPUs, all teams", value=len(idle))
+    tickets = GaugeMetricFamily("fleetdeck_repair_tickets", "Repair tickets by state", labels=["state"])
+    counts = dict(RepairTicket.objects.values_list("state").annotate(n=Count("pk")).values_list("state", "n"))
+    for state in TicketState.values:
+        tickets.add_metric([state], counts.get(state, 0))
+    events = GaugeMetricFamily("fleetdeck_health_events_unresolved", "Unresolved health events", labels=["severity"])
+    for severity, n in HealthEvent.objects.unresolved().values_list("severity").annotate(n=Count("pk")).values_list(
+        "severity", "n"
+    ):
+        events.add_metric([severity], n)
+    yield from (gauge, total, tickets, events)
