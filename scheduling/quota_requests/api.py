@@ -9,6 +9,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
@@ -84,6 +85,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
         except DjangoValidationError as exc:
             raise _as_drf(exc) from exc
 
+    @extend_schema(request=QuotaRequestInputSerializer, responses={201: QuotaRequestOutputSerializer})
     def create(self, request: Request) -> Response:
         data = QuotaRequestInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -97,6 +99,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
             raise PermissionDenied("Only operators may review quota requests.")
         return self.get_object()
 
+    @extend_schema(request=ReviewInputSerializer, responses=QuotaRequestOutputSerializer)
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
         quota_request = self._reviewable()
@@ -105,6 +108,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
         done = self._call(services.quota_request_approve, quota_request=quota_request, **body.validated_data)
         return Response(QuotaRequestOutputSerializer(done).data)
 
+    @extend_schema(request=ReviewInputSerializer, responses=QuotaRequestOutputSerializer)
     @action(detail=True, methods=["post"])
     def deny(self, request: Request, pk: str) -> Response:
         quota_request = self._reviewable()
@@ -114,6 +118,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
                           comment=body.validated_data["comment"])
         return Response(QuotaRequestOutputSerializer(done).data)
 
+    @extend_schema(request=None, responses=QuotaRequestOutputSerializer)
     @action(detail=True, methods=["post"])
     def withdraw(self, request: Request, pk: str) -> Response:
         done = self._call(services.quota_request_withdraw, quota_request=self.get_object())
