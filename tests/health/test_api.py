@@ -1,0 +1,160 @@
+"""Ingestion endpoints: node-token auth, bad input, size limit; the agent; events and tickets API."""
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from fleet.models import Gpu, Node
+from health.models import AgentStatus, GpuReading, HealthEvent, RepairTicket
+
+from .conftest import XID_79, agent_client, api_for, xid_line
+
+DCGM = (
+    'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-H100-SXM-80GB-1-0"} 40\n'
+    'DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-H100-SXM-80GB-1-0"} 0.5\n'
+)
+
+
+@pytest.fixture
+def n1(cluster):
+    return agent_client("n1")
+
+
+def test_dcgm_push_as_text_plain_with_the_node_in_the_query(n1):
+    response = n1.post("/api/v1/telemetry/dcgm/?node=n1", DCGM, content_type="text/plain")
+    assert response.status_code == 200, response.content
+    assert response.json()["stored"] == 1
+    assert GpuReading.objects.get().sm_active == 0.5
+
+
+def test_dcgm_push_as_json(n1):
+    response = n1.post("/api/v1/telemetry/dcgm/", {"node": "n1", "text": DCGM}, format="json")
+    assert response.status_code == 200 and response.json()["readings"] == 1
+
+
+def test_garbage_is_a_400_naming_the_reason_and_stores_nothing(n1):
+    response = n1.post("/api/v1/telemetry/dcgm/?node=n1", "garbage {{{ 1\n", content_type="text/plain")
+    assert response.status_code == 400
+    body = response.json()
+    assert body["code"] == "invalid" and "text" in body["extra"] and "DCGM exposition line 1" in body["message"]
+    assert not GpuReading.objects.exists() and not HealthEvent.objects.exists()
+    bad_json = n1.post("/api/v1/telemetry/kernel-log/", "{not json", content_type="application/json")
+    assert bad_json.status_code == 400 and bad_json.json()["extra"].keys() == {"body"}
+    no_lines = n1.post("/api/v1/telemetry/kernel-log/", {"node": "n1", "lines": "x"}, format="json")
+    assert no_lines.status_code == 400 and "lines" in no_lines.json()["extra"]
+
+
+def test_a_payload_over_5_mb_is_a_413(n1):
+    big = "# " + "x" * (5 * 1024 * 1024) + "\n"
+    response = n1.post("/api/v1/telemetry/dcgm/?node=n1", big, content_type="text/plain")
+    assert response.status_code == 413
+    assert not GpuReading.objects.exists()
+
+
+def test_unknown_node_is_a_404_and_a_foreign_node_a_403(n1):
+    assert n1.post("/api/v1/telemetry/dcgm/?node=n99", DCGM, content_type="text/plain").status_code == 404
+    foreign = n1.post("/api/v1/telemetry/kernel-log/", {"node": "n3", "lines": [xid_line("n3", 0)]}, format="json")
+    assert foreign.status_code == 403
+    assert Node.objects.get(name="n3").state == "ready" and not HealthEvent.objects.exists()
+
+
+def test_missing_or_unknown_tokens_are_refused(cluster, operator):
+    anonymous = APIClient()
+    assert anonymous.post("/api/v1/telemetry/dcgm/?node=n1", DCGM, content_type="text/plain").status_code == 401
+    wrong = APIClient()
+    wrong.credentials(HTTP_AUTHORIZATION="Bearer not-a-token")
+    assert wrong.post("/api/v1/telemetry/dcgm/?node=n1", DCGM, content_type="text/plain").status_code == 401
+    # A person's session is no node token either, operator or not.
+    person = api_for(operator).post("/api/v1/telemetry/dcgm/?node=n1", DCGM, content_type="text/plain")
+    assert person.status_code in (401, 403)
+
+
+def _register_body(node="n1"):
+    return {
+        "schema": 1, "node": node, "hostname": f"{node}.lab", "agent_version": "0.1", "driver_version": "565.57.01",
+        "sent_at": "2026-11-02T09:00:00Z",
+        "gpus": [{"index": i, "uuid": f"GPU-H100-SXM-80GB-1-{i}", "name": "NVIDIA H100 80GB HBM3",
+                  "memory_mib": 81559, "pci_bus_id": f"0000:{0x1a + i * 16:02x}:00", "numa_node": 0,
+                  "mig_enabled": False, "mig_instances": [], "nvlink_peers": [], "nvlink_group": 1}
+                 for i in range(8)],
+    }
+
+
+def _heartbeat_body(seq=1, **gpu0):
+    gpus = [{"uuid": f"GPU-H100-SXM-80GB-1-{i}", "index": i, "gpu_util_pct": 90.0, "temperature_c": 50.0}
+            for i in range(8)]
+    gpus[0].update(gpu0)
+    return {"schema": 1, "node": "n1", "seq": seq, "sent_at": "2026-11-02T09:00:10Z", "gpus": gpus, "events": []}
+
+
+def test_agent_registers_then_heartbeats_and_counters_become_events(n1):
+    assert n1.post("/api/v1/agent/heartbeat/", _heartbeat_body(), format="json").status_code == 409
+    first = n1.post("/api/v1/agent/register/", _register_body(), format="json")
+    assert first.status_code == 201, first.content
+    assert first.json()["gpus"]["updated"] == 8
+    assert Gpu.objects.get(uuid="GPU-H100-SXM-80GB-1-2").pci_bus_id == "0000:3a:00"
+    assert n1.post("/api/v1/agent/register/", _register_body(), format="json").status_code == 200
+
+    ok = n1.post("/api/v1/agent/heartbeat/", _heartbeat_body(1), format="json")
+    assert ok.status_code == 200 and ok.json()["readings_stored"] == 8
+    assert GpuReading.objects.get(gpu__uuid="GPU-H100-SXM-80GB-1-1").sm_active == 0.9
+    bad = n1.post("/api/v1/agent/heartbeat/", _heartbeat_body(2, ecc={"volatile_dbe": 3}), format="json")
+    assert [a["kind"] for a in bad.json()["actions"]] == ["cordon_node", "mark_gpu", "stop_gangs_on_node",
+                                                           "open_repair_ticket"]
+    assert Node.objects.get(name="n1").state == "in_repair"
+    assert AgentStatus.objects.get(node__name="n1").last_seq == 2
+
+
+def test_agent_body_errors_name_the_field(n1):
+    body = _register_body()
+    del body["gpus"][0]["uuid"]
+    response = n1.post("/api/v1/agent/register/", body, format="json")
+    assert response.status_code == 400 and response.json()["extra"] == {"gpus[0].uuid": ["missing"]}
+
+
+def test_events_api_lists_and_filters(cluster, viewer, with_pci):
+    agent_client("n3").post("/api/v1/telemetry/kernel-log/", {"node": "n3", "lines": [xid_line("n3", 1)]},
+                            format="json")
+    client = api_for(viewer)
+    rows = client.get("/api/v1/health-events/?node=n3&severity=fatal").json()["results"]
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["kind"], row["node"], row["gpu_uuid"], row["pci_bus_id"], row["xid"], row["category"],
+            row["action"]) == ("xid", "n3", "GPU-H100-SXM-80GB-3-1", "0000:2a:00", 79, "pcie", "reboot_node")
+    assert "fallen off the bus" in row["evidence"] and row["actions_taken"]
+    assert client.get("/api/v1/health-events/?kind=oom").json()["results"] == []
+    assert APIClient().get("/api/v1/health-events/").status_code in (401, 403)
+
+
+def test_ticket_api_permissions_and_transitions(cluster, operator, viewer):
+    viewer_client, op = api_for(viewer), api_for(operator)
+    assert viewer_client.post("/api/v1/repair-tickets/", {"node": "n2", "evidence": "fan"}, format="json"
+                              ).status_code == 403
+    created = op.post("/api/v1/repair-tickets/", {"node": "n2", "evidence": "fan noise", "take_out_of_service": True},
+                      format="json")
+    assert created.status_code == 201, created.content
+    tid = created.json()["id"]
+    assert Node.objects.get(name="n2").state == "in_repair"
+    assert viewer_client.get(f"/api/v1/repair-tickets/{tid}/").json()["state"] == "open"
+    assert viewer_client.post(f"/api/v1/repair-tickets/{tid}/transition/", {"to": "diagnosing", "reason": "x"},
+                              format="json").status_code == 403
+    no_reason = op.post(f"/api/v1/repair-tickets/{tid}/transition/", {"to": "diagnosing"}, format="json")
+    assert no_reason.status_code == 400 and "reason" in no_reason.json()
+    skip = op.post(f"/api/v1/repair-tickets/{tid}/transition/", {"to": "burn_in", "reason": "x"}, format="json")
+    assert skip.status_code == 409
+    for to in ("diagnosing", "repaired", "burn_in"):
+        step = op.post(f"/api/v1/repair-tickets/{tid}/transition/", {"to": to, "reason": f"now {to}"}, format="json")
+        assert step.status_code == 200, step.content
+    assert Node.objects.get(name="n2").state == "burn_in"
+    early = op.post(f"/api/v1/repair-tickets/{tid}/transition/", {"to": "returned", "reason": "looks fine"},
+                    format="json")
+    assert early.status_code == 409 and "burn-in" in early.json()["message"]
+    passed = op.post(f"/api/v1/repair-tickets/{tid}/burn-in/", {"passed": True, "details": "dcgmi diag -r 3"},
+                     format="json")
+    assert passed.status_code == 201
+    assert RepairTicket.objects.get(pk=tid).state == "returned"
+    assert Node.objects.get(name="n2").state == "ready"
+
+
+def test_xid_constant_is_a_real_catalog_line(shared_dir):
+    assert XID_79 in (shared_dir / "telemetry/xid/xid_lines.txt").read_text()
