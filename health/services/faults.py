@@ -6,6 +6,7 @@ from datetime import datetime
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from core.actors import Actor
@@ -40,13 +41,22 @@ def _fault_nodes(workload, names: Sequence[str]) -> list[Node]:
     return list(Node.objects.filter(pk__in=set(ids)).order_by("name"))
 
 
+def _run_of(workload) -> str:
+    """The workload's latest placement: a report retried after the gang was requeued still names
+    the run that failed, so it dedups against the first report."""
+    from scheduling.models import Allocation
+
+    latest = Allocation.objects.filter(workload=workload).aggregate(at=Max("created_at"))["at"]
+    return latest.isoformat() if latest else "never-placed"
+
+
 def app_fault(
     *, workload, kind: str, nodes: Sequence[str] = (), actor: Actor, now: datetime | None = None
 ) -> SignalOutcome:
     """Record a fault the job itself reported and act on it: an NCCL timeout requeues the gang,
     marks its nodes suspect, and quarantines (cordons) a node at its 3rd offence within 24 h;
     a hang is noted and requeued; an OOM is only noted. One event per node, keyed by the
-    workload's run (requeue_count), so a retried report does nothing twice."""
+    workload's run (its latest placement), so a retried report does nothing twice."""
     if kind not in FAULT_KINDS:
         raise ValidationError({"kind": [f"Unknown kind {kind!r}; one of {', '.join(FAULT_KINDS)}."]})
     if actor.user is not None and not may_act_for_team(actor.user, workload.team_id):
@@ -56,6 +66,7 @@ def app_fault(
     if not targets:
         raise ValidationError({"nodes": ["The workload never ran on a node; name the nodes involved."]})
     names = tuple(n.name for n in targets)
+    run = _run_of(workload)
     outcome = SignalOutcome()
     with transaction.atomic():
         # Node locks in name order, the order every multi-node writer uses.
@@ -66,7 +77,7 @@ def app_fault(
                 kind=FAULT_KINDS[kind], node=node.name, workload_id=str(workload.pk), nodes=(node.name,),
                 evidence=f"{kind.replace('_', ' ')} reported for workload {workload.name} (#{workload.pk}) "
                          f"on {', '.join(names)}",
-                raw=f"app:{workload.pk}:{workload.requeue_count}:{kind}:{node.name}",
+                raw=f"app:{workload.pk}:{run}:{kind}:{node.name}",
                 severity=policy.SEVERITY_WARNING,
             )
             # The first node's event requeues the gang; for the others the stop is a no-op. The
