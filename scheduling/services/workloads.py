@@ -6,6 +6,7 @@ progress reported by a real job."""
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -105,6 +106,7 @@ def workload_cancel(*, workload: Workload, actor: Actor, reason: str = "", now: 
             raise ValidationError({"state": [f"The workload already finished ({workload.state})."]})
         was_active = workload.state in ACTIVE_STATES
         before = workload.state
+        stop = _executor_stop_prepared(workload) if was_active else None
         allocations_release(workload_ids=[workload.pk], now=now)
         _close_preemptions(workload, now, lost=0.0)
         workload_transition(
@@ -125,8 +127,8 @@ def workload_cancel(*, workload: Workload, actor: Actor, reason: str = "", now: 
             before={"state": before},
             after={"state": WorkloadState.CANCELLED},
         )
-        if was_active:
-            _executor_call_on_commit(workload, "stop_hard")
+        if stop is not None:
+            stop("stop_hard")
         round_trigger_on_commit()
     return workload
 
@@ -258,10 +260,14 @@ def workload_stop_gang(
         final = executor.final_checkpoint(workload, grace_seconds, now) if executor else None
         if final is not None:
             workload.last_checkpoint_at, workload.checkpoint_step = final
+        stop = _executor_stop_prepared(workload, executor)
         outcome = _release_and_requeue(
             workload, reason=reason, actor=actor, now=now, requeue=requeue, verb="workload.stop_gang"
         )
-        _executor_call_on_commit(workload, "stop_graceful" if grace_seconds > 0 else "stop_hard", grace_seconds)
+        if grace_seconds > 0:
+            stop("stop_graceful", grace_seconds)
+        else:
+            stop("stop_hard")
         round_trigger_on_commit()
     return outcome
 
@@ -320,11 +326,12 @@ def workload_preemption_finish(
         if checkpoint is not None:
             workload.last_checkpoint_at, workload.checkpoint_step = checkpoint
         reason = "preempted: grace period over, stopped hard" if hard else "preempted: checkpointed and exited"
+        stop = _executor_stop_prepared(workload)
         outcome = _release_and_requeue(
             workload, reason=reason, actor=actor, now=now, requeue=True, verb="workload.preempted"
         )
         if hard:
-            _executor_call_on_commit(workload, "stop_hard")
+            stop("stop_hard")
         round_trigger_on_commit()
     return outcome
 
@@ -420,8 +427,20 @@ def _executor_of(workload: Workload):
         return None
 
 
-def _executor_call_on_commit(workload: Workload, method: str, *args) -> None:
-    executor = _executor_of(workload)
+def _executor_stop_prepared(workload: Workload, executor=None):
+    """Bind the executor and the job's identity (executor kind, job id) as they are NOW: releasing
+    the gang clears both, and the executor still has to find the job to stop it after commit."""
+    executor = executor or _executor_of(workload)
+    job = copy.copy(workload)
+
+    def stop(method: str, *args) -> None:
+        _executor_call_on_commit(job, method, *args, executor=executor)
+
+    return stop
+
+
+def _executor_call_on_commit(workload: Workload, method: str, *args, executor=None) -> None:
+    executor = executor or _executor_of(workload)
     if executor is None:
         return
 

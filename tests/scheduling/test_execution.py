@@ -69,10 +69,19 @@ def test_stop_gang_without_requeue_fails_the_workload(research_queue, clock):
     assert w.state == WorkloadState.FAILED and stop.lost_gpu_seconds == 800 and _held(w) == 0
 
 
-def test_another_executor_registers_with_one_line_and_gets_the_gangs_of_its_pools(research_queue, clock):
+def _rerun(w: Workload, clock) -> Workload:
+    run_round(clock)
+    w.refresh_from_db()
+    assert w.state == WorkloadState.ADMITTED
+    return w
+
+
+def test_another_executor_registers_with_one_line_and_gets_the_gangs_of_its_pools(
+    research_queue, clock, django_capture_on_commit_callbacks
+):
     from fleet.models import Node
 
-    started = []
+    started, stopped = [], []
 
     class Recording(Executor):
         def start(self, workload, placements):
@@ -80,10 +89,10 @@ def test_another_executor_registers_with_one_line_and_gets_the_gangs_of_its_pool
             return "job-42"
 
         def stop_graceful(self, workload, grace_seconds):
-            pass
+            stopped.append(("graceful", workload.executor_job_id, grace_seconds))
 
         def stop_hard(self, workload):
-            pass
+            stopped.append(("hard", workload.executor_job_id))
 
         def poll(self, workloads, now, stops=None):
             return []
@@ -98,6 +107,13 @@ def test_another_executor_registers_with_one_line_and_gets_the_gangs_of_its_pool
         assert started == [("t", ["n1", "n2"])]
         assert (w.state, w.executor, w.executor_job_id) == (WorkloadState.ADMITTED, "slurm", "job-42")
         assert isinstance(executor_for_kind("slurm"), Recording)
+
+        # Stopping the gang releases its GPUs, yet the executor is still told which job to stop.
+        with django_capture_on_commit_callbacks(execute=True):
+            workload_stop_gang(workload=w, reason="xid 79 on n2", actor=HEALTH, grace_seconds=30)
+        with django_capture_on_commit_callbacks(execute=True):
+            workload_stop_gang(workload=_rerun(w, clock), reason="drain", actor=HEALTH)
+        assert stopped == [("graceful", "job-42", 30), ("hard", "job-42")]
     finally:
         if previous is not None:
             register_executor("slurm", previous)
