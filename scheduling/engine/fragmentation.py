@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduling.engine.types import WHOLE, NodeView, PodSetSpec
@@ -106,12 +106,20 @@ class TypicalMix:
     differ only in CPU between two request thresholds share an entry.
     """
 
-    def __init__(self, shapes: Iterable[tuple[Demand, int]]) -> None:
+    def __init__(self, shapes: Iterable[tuple[Demand, int]], *, count_inaccessible: bool = True) -> None:
         self.entries: tuple[tuple[Demand, int], ...] = tuple((d, int(n)) for d, n in shapes if n > 0)
         if not self.entries:
             raise ValueError("a typical mix needs at least one shape with a positive count")
         self.weight = sum(n for _, n in self.entries)
+        # FGD counts a node's idle GPUs as fragmented for shapes that may not use its GPU
+        # model. That makes scarce models look like cheap places for anyone; without it a
+        # node is judged only by the shapes that could actually run there.
+        self.count_inaccessible = count_inaccessible
         self._views: dict[str, _ModelView] = {}
+
+    def without_inaccessible(self) -> TypicalMix:
+        """The same shapes, judging each node only by the shapes allowed on its GPU model."""
+        return TypicalMix(self.entries, count_inaccessible=False)
 
     @classmethod
     def from_history(cls, requests: Iterable[Demand], coverage: float = 0.95) -> TypicalMix:
@@ -133,14 +141,33 @@ class TypicalMix:
             cumulative += n
         return cls(chosen)
 
+    def model_pressure(self, capacity: Mapping[str, int]) -> dict[str, float]:
+        """How sought-after each GPU model is by shapes restricted to a few models.
+
+        The GPU demand of every constrained shape is spread evenly over the models it
+        accepts that exist in `capacity` (model -> GPUs); a model's pressure is its share
+        of that demand divided by its share of the fleet (0 when nothing insists on it).
+        Placing flexible work on high-pressure models starves the pods that need them."""
+        fleet = sum(capacity.values())
+        wanted: dict[str, float] = dict.fromkeys(capacity, 0.0)
+        for d, n in self.entries:
+            usable = [m for m in d.models if capacity.get(m)]
+            if d.gpu_milli and usable:
+                for m in usable:
+                    wanted[m] += n * d.total_gpu_milli / len(usable)
+        demand = sum(n * d.total_gpu_milli for d, n in self.entries) or 1
+        return {m: (wanted[m] / demand) / (capacity[m] / fleet) if capacity[m] else 0.0 for m in capacity}
+
     def _view(self, model: str) -> _ModelView:
         view = self._views.get(model)
         if view is None:
             constant = 0
             shapes: list[_Shape] = []
             for d, n in self.entries:
-                if d.gpu_milli == 0 or (d.models and model not in d.models) or (d.models and not model):
+                if d.gpu_milli == 0:
                     constant += n
+                elif d.models and model not in d.models:
+                    constant += n if self.count_inaccessible else 0
                 else:
                     shapes.append(_Shape(d.cpu_milli, d.gpu_count, d.gpu_milli, n))
             steps = tuple(sorted({s.cpu_milli for s in shapes}))

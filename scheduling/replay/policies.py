@@ -246,25 +246,42 @@ class FgdPolicy(FragmentationPolicy):
 
 
 class FleetdeckPolicy(FragmentationPolicy):
-    """Ours: FGD's expected-fragmentation objective without its score truncation.
+    """Ours: FGD's expected-fragmentation objective, made aware of GPU-model scarcity.
 
-    FGD squeezes the fragmentation change through a sigmoid and truncates to an integer,
-    so most nodes tie and an arbitrary node order decides. We rank by the exact change and
-    break the remaining ties by packing (the node with the least free GPU, then CPU),
-    which keeps empty nodes whole for the multi-GPU pods that need them."""
+    Three changes to FGD, each measured on the openb replay (bench/replay_openb.py):
+    - a node is judged only by the typical shapes allowed on its GPU model (FGD also counts
+      shapes that can never run there, which makes rare models look cheap to fill);
+    - a placement pays for the pressure on its GPU model (constrained demand per GPU,
+      relative to the fleet), so flexible pods leave scarce models to the pods that need them;
+    - the change is ranked on a linear scale in steps of STEP milli-GPU instead of FGD's
+      truncated sigmoid, which saturates on large changes; equal steps prefer nodes that
+      already run pods, then the fixed node order (first fit among equals).
+    """
 
     name = "fleetdeck"
+    STEP = 200  # milli-GPU of expected fragmentation per score step
+    PRESSURE_WEIGHT = 1.0
+
+    def __init__(self, cluster: Cluster, *, seed: int, mix: TypicalMix) -> None:
+        super().__init__(cluster, seed=seed, mix=mix.without_inaccessible())
+        capacity: dict[str, int] = {}
+        for node in cluster.gpu_nodes:
+            capacity[node.model] = capacity.get(node.model, 0) + node.gpu_count
+        self.pressure = self.mix.model_pressure(capacity)
 
     def choose(self, pod: PodSpec) -> Choice | None:
+        weight = self.mix.weight
+        cost = self.PRESSURE_WEIGHT * pod.total_gpu_milli
         best: Node | None = None
-        best_key: tuple[float, ...] = ()
+        best_key: tuple[int, bool] = (0, False)
         best_gpus: tuple[int, ...] = ()
         for node in self.feasible(pod):
             key = ("fd", pod.cpu_milli, pod.num_gpu, pod.gpu_milli)
             hit = node.cache.get(key)
             if hit is None:
-                d_best, g_best = max(self.deltas(node, pod), key=lambda dg: dg[0])
-                hit = node.cache[key] = ((d_best, -node.gpu_free_total, -node.cpu), g_best)
+                d_best, g_best = max(self.deltas(node, pod), key=lambda dg: dg[0])  # lowest GPU index on ties
+                value = d_best / weight - cost * self.pressure.get(node.model, 0.0)
+                hit = node.cache[key] = ((round(value / self.STEP), node.pods > 0), g_best)
             k, gpus = hit  # type: ignore[misc]
             if best is None or k > best_key:
                 best, best_key, best_gpus = node, k, gpus
