@@ -97,3 +97,18 @@ def test_engine_types_adapt():
 def test_an_empty_mix_is_refused():
     with pytest.raises(ValueError, match="at least one shape"):
         TypicalMix([])
+
+
+def test_without_inaccessible_judges_a_node_only_by_shapes_allowed_there():
+    t4_only = Demand(4000, 1, 1000, frozenset({"T4"}))
+    mix = TypicalMix([(t4_only, 1), (WHOLE_GPU, 1)]).without_inaccessible()
+    assert mix.fragmentation(NodeFree(64_000, (1000, 1000), "G2")) == 0
+    assert mix.fragmentation(NodeFree(64_000, (1000, 300), "T4")) == 300
+
+
+def test_model_pressure_is_constrained_demand_share_over_capacity_share():
+    t4_only = Demand(4000, 1, 1000, frozenset({"T4"}))
+    mix = TypicalMix([(t4_only, 1), (WHOLE_GPU, 3)])
+    pressure = mix.model_pressure({"T4": 100, "G2": 300})
+    assert pressure == {"T4": pytest.approx((1 / 4) / (100 / 400)), "G2": 0.0}
+    assert TypicalMix([(WHOLE_GPU, 1)]).model_pressure({"G2": 8}) == {"G2": 0.0}

@@ -154,3 +154,20 @@ def test_the_metric_is_unallocated_gpu_at_full_arrival():
     assert result.curve()[50] == 50.0
     assert result.unallocated_at(50) == 50.0
     assert result.failed == 1
+
+
+def test_fleetdeck_leaves_a_scarce_gpu_model_to_the_pods_that_need_it():
+    # G3 is an eighth of the fleet but a sixth of the demand insists on it. FGD counts G3's
+    # idle GPUs as fragmented for every G2-only shape, so it fills G3 with flexible pods first.
+    mix = ([pod(f"g{i}", spec=("G2",)) for i in range(10)] + [pod(f"h{i}", spec=("G3",)) for i in range(3)]
+           + [pod(f"f{i}") for i in range(5)])
+    nodes = [node("g3", 2, "G3"), node("g2a", 8, "G2"), node("g2b", 8, "G2")]
+    flexible = [pod("a"), pod("b")]
+    assert {r["node"] for r in _place(nodes, flexible, "fgd", mix_pods=mix).records} == {"g3"}
+    assert {r["node"] for r in _place(nodes, flexible, "fleetdeck", mix_pods=mix).records} == {"g2a"}
+
+
+def test_fleetdeck_prefers_a_node_already_in_use_among_equals():
+    nodes = [node(f"n{i}", 8) for i in range(6)]
+    result = _place(nodes, [pod("a"), pod("b"), pod("c")], "fleetdeck")
+    assert len({r["node"] for r in result.records}) == 1
