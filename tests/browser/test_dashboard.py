@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from fleet.choices import GpuHealth, NodeState
 from fleet.models import Gpu, Node
+from health.models import GpuReading
 from scheduling.models import Allocation, PodSet, PriorityClass, Queue, Team, Workload
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made here while it is
@@ -42,6 +43,11 @@ def _hold_gpus() -> None:
         gpus = [g for node, idx in placement.items() for g in Gpu.objects.filter(node__name=node, index__in=idx)]
         pod_set = PodSet.objects.create(workload=workload, name="workers", replicas=1, gpus_per_replica=len(gpus))
         Allocation.objects.bulk_create(Allocation(workload=workload, pod_set=pod_set, replica=0, gpu=g) for g in gpus)
+        # Fresh DCGM readings: busy training GPUs, a lightly loaded serving fleet.
+        GpuReading.objects.bulk_create(
+            GpuReading(gpu=g, at=timezone.now(), sm_active=(0.35 if team_name == "inference" else 0.8) + g.index / 100)
+            for g in gpus
+        )
 
 
 @pytest.fixture
@@ -81,6 +87,8 @@ def test_operator_sees_the_chart_and_cordons_a_node_with_a_reason(demo_fleet, br
     page = log_in(browser, live_server, "ops", "ops-demo")
     page.wait_for_selector("#capacity-chart svg.main-svg")
     assert page.locator("#capacity-chart g.trace.bars").count() == 3  # allocatable, allocated, utilised
+    # 40 training/eval GPUs at 0.8 + 8 serving at 0.35, plus index/100 each: 36.09 GPUs' worth.
+    expect(page.locator(".stat-card.total .stat-grid dd").nth(2)).to_have_text("36.1")
     expect(page.locator(".node-box")).to_have_count(16)
     page.screenshot(path=str(artifacts_dir / "dashboard.png"), full_page=True)
 

@@ -337,3 +337,17 @@ def test_a_slurm_node_page_shows_the_slurm_side(fleet, viewer, client):
     body = login(client, viewer).get("/nodes/h1/").content.decode()
     assert 'id="slurm-status"' in body and "DRAIN" in body and "fleetdeck: PSU swap" in body
     assert 'id="slurm-status"' not in client.get("/nodes/h2/").content.decode()
+
+
+def test_utilised_sums_the_fresh_sm_activity_of_allocated_gpus(fleet):
+    from health.models import GpuReading
+
+    now = timezone.now()
+    GpuReading.objects.bulk_create([
+        GpuReading(gpu=gpus_of("h1", 0)[0], at=now, sm_active=0.9),
+        GpuReading(gpu=gpus_of("h1", 1)[0], at=now, sm_active=0.6),
+        GpuReading(gpu=gpus_of("h2", 0)[0], at=now, sm_active=0.7),  # idle GPU: its activity is not ours to count
+    ])
+    by_flavor = {c.flavor: c for c in fleet_overview().flavors}
+    assert by_flavor["H100"].utilised == pytest.approx(1.5)
+    assert by_flavor["A100"].utilised == 0.0
