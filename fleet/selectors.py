@@ -121,11 +121,10 @@ def natural_key(name: str) -> tuple:
 
 
 def utilised_by_gpu() -> dict[int, float]:
-    """GPU id → latest SM-active fraction (0..1) of the GPUs that have a fresh reading.
+    """GPU id → latest SM-active fraction (0..1) of allocated GPUs with a fresh reading.
 
-    The single hook through which utilisation reaches the overview: health telemetry fills it
-    with one query over the newest readings. Until readings are stored there is nothing to
-    report, and an honest empty answer shows 0 rather than a guess."""
+    The single hook through which utilisation reaches the overview: one query over health's
+    newest readings. GPUs without a fresh reading add nothing: an honest 0, never a guess."""
     from django.utils import timezone
 
     from health.selectors import utilised_by_gpu as health_utilised
@@ -141,7 +140,7 @@ def active_allocated_gpu_ids() -> set[int]:
 
 
 def fleet_overview() -> FleetOverview:
-    """Capacity per flavor, fragmentation, rack grid and cordoned nodes in four queries."""
+    """Capacity per flavor, fragmentation, rack grid and cordoned nodes in five queries."""
     nodes = list(
         Node.objects.order_by().values_list(
             "id", "name", "state", "cordon_reason", "cordoned_by", "cordoned_at",
