@@ -13,6 +13,7 @@ from django.utils import timezone
 from core.actors import Actor
 from core.audit import audit_record
 from fleet.agent.payloads import GpuHealth, HeartbeatPayload, RegisterPayload, XidEvent
+from fleet.backends.slurm.sync import is_placeholder_uuid
 from fleet.choices import GpuHealth as GpuHealthState
 from fleet.models import Gpu, Node
 from health.choices import EventSource, Reporter, TicketState
@@ -77,7 +78,7 @@ def agent_register(*, node: Node, payload: RegisterPayload, now: datetime | None
     are marked unhealthy rather than deleted: allocations and events still point at them."""
     now = now or timezone.now()
     actor = agent_actor(node)
-    counts = {"created": 0, "updated": 0, "unchanged": 0, "missing": 0}
+    counts = {"created": 0, "updated": 0, "unchanged": 0, "missing": 0, "identified": 0}
     reported = {g.uuid for g in payload.gpus}
     with transaction.atomic():
         node = Node.objects.select_for_update().get(pk=node.pk)
@@ -86,8 +87,15 @@ def agent_register(*, node: Node, payload: RegisterPayload, now: datetime | None
         if foreign:
             raise ValidationError({"gpus": [f"GPU {sorted(foreign)[0]} belongs to another node"]})
         _park_renumbered(payload, current)
+        placeholders = {g.index: g for g in current.values() if is_placeholder_uuid(g.uuid)}
         for spec in payload.gpus:
-            _gpu_upsert(node, spec, current.get(spec.uuid), actor, counts)
+            gpu = current.get(spec.uuid)
+            if gpu is None and spec.index in placeholders:
+                placeholder = placeholders.pop(spec.index)
+                del current[placeholder.uuid]
+                _placeholder_identify(node, spec, placeholder, actor, counts)
+                continue
+            _gpu_upsert(node, spec, gpu, actor, counts)
         for uuid, gpu in current.items():
             if uuid not in reported and gpu.health != GpuHealthState.UNHEALTHY:
                 Gpu.objects.filter(pk=gpu.pk).update(health=GpuHealthState.UNHEALTHY)
@@ -116,6 +124,17 @@ def _park_renumbered(payload: RegisterPayload, current: dict[str, Gpu]) -> None:
     moving = [g for uuid, g in current.items() if uuid in wanted and g.index != wanted[uuid]]
     for offset, gpu in enumerate(moving):
         Gpu.objects.filter(pk=gpu.pk).update(index=_PARKING_INDEX + offset)
+
+
+def _placeholder_identify(node: Node, spec: Any, gpu: Gpu, actor: Actor, counts: dict[str, int]) -> None:
+    """A GPU a scheduler back-end created without knowing its identity (Slurm's GRES count) gets
+    the agent's UUID and PCI bus id in place: allocations, readings and events keep pointing at it."""
+    fields = {"uuid": spec.uuid, "index": spec.index, **_gpu_fields(spec)}
+    Gpu.objects.filter(pk=gpu.pk).update(**fields)
+    audit_record(actor=actor, verb="gpu.identify", target=gpu, reason=f"agent inventory of {node.name}",
+                 before={"uuid": gpu.uuid, "pci_bus_id": gpu.pci_bus_id},
+                 after={"uuid": spec.uuid, "pci_bus_id": fields["pci_bus_id"]})
+    counts["identified"] += 1
 
 
 def _gpu_upsert(node: Node, spec: Any, gpu: Gpu | None, actor: Actor, counts: dict[str, int]) -> None:

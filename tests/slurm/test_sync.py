@@ -159,3 +159,31 @@ def test_a_node_of_another_executor_with_the_same_name_is_left_alone(cli):
     result = sync(cli)
     assert result.conflicts == ["g1"]
     assert Node.objects.get(name="g1").executor == "simulated" and Node.objects.get(name="g1").rack == rack
+
+
+def test_the_agent_identifies_slurms_placeholder_gpus_in_place_and_the_sync_keeps_them(cli):
+    from fleet.agent.payloads import RegisterPayload
+    from health.services import agent_register
+
+    sync(cli)
+    g1 = Node.objects.get(name="g1")
+    workload = _running_on(g1)
+    held = sorted(Allocation.objects.filter(workload=workload).values_list("gpu_id", flat=True))
+    payload = RegisterPayload.from_dict({
+        "node": "g1", "hostname": "", "agent_version": "0.1.0", "driver_version": None, "sent_at": "",
+        "gpus": [{"index": i, "uuid": f"GPU-real-{i}", "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559,
+                  "pci_bus_id": f"0000:{0x1a + i * 16:02x}:00"} for i in range(7)],  # one GPU missing
+    })
+
+    counts = agent_register(node=g1, payload=payload)
+
+    assert (counts["identified"], counts["created"], counts["missing"]) == (7, 0, 1)
+    gpus = {g.index: g for g in g1.gpus.all()}
+    assert [gpus[i].uuid for i in range(7)] == [f"GPU-real-{i}" for i in range(7)]
+    assert gpus[2].pci_bus_id == "0000:3a:00"
+    assert gpus[7].uuid == "SLURM-lab-g1-7" and gpus[7].health == "unhealthy"
+    # The running gang still holds the same GPU rows, now under their real names.
+    assert sorted(Allocation.objects.filter(workload=workload).values_list("gpu_id", flat=True)) == held
+    assert AuditEvent.objects.filter(verb="gpu.identify").count() == 7
+    assert sync(cli).summary() == "no changes"
+    assert Gpu.objects.filter(node=g1).count() == 8
