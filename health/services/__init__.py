@@ -6,11 +6,12 @@ For other parts:
 - app_fault(*, workload, kind, nodes, actor, now) -> SignalOutcome
 - agent_register(*, node, payload, now) / agent_heartbeat(*, node, payload, burn_in, now)
 - ticket_open / ticket_transition / burn_in_record; uncordon_check (fleet.services.node_uncordon calls it)
+- condition_record / condition_resolve: repeating conditions (a node Slurm reports DOWN, a failing scrape)
 - nodes_mark_stale, workloads_watchdog, exporters_scrape, readings_prune (beat tasks)"""
 
 from .agent import HeartbeatOutcome, NotRegistered, agent_heartbeat, agent_register, burn_in_from_body
 from .dcgm import DcgmOutcome, dcgm_ingest
-from .events import HEALTH_ACTOR, SignalOutcome, condition_record, signals_apply
+from .events import HEALTH_ACTOR, SignalOutcome, condition_record, condition_resolve, signals_apply
 from .faults import FAULT_KINDS, app_fault
 from .kernel_log import KernelLogOutcome, kernel_log_ingest
 from .liveness import node_seen, nodes_mark_stale
@@ -46,6 +47,7 @@ __all__ = [
     "burn_in_from_body",
     "burn_in_record",
     "condition_record",
+    "condition_resolve",
     "dcgm_ingest",
     "exporters_scrape",
     "kernel_log_ingest",

@@ -190,12 +190,22 @@ def condition_record(
     return event, True
 
 
+def condition_resolve(*, node: Node, kind: str, now: datetime, source: str | None = None) -> int:
+    """The node's unresolved `kind` events (of `source`, when given) are over: it answers again.
+    Returns how many were resolved."""
+    events = HealthEvent.objects.filter(node=node, kind=kind, resolved_at__isnull=True)
+    if source is not None:
+        events = events.filter(source=source)
+    return events.update(resolved_at=now, last_seen=now)
+
+
 __all__ = [
     "EventKind",
     "EventSource",
     "HEALTH_ACTOR",
     "SignalOutcome",
     "condition_record",
+    "condition_resolve",
     "event_create",
     "signals_apply",
 ]

@@ -15,6 +15,7 @@ from fleet.backends.slurm.parsers import reason_matches
 from fleet.backends.slurm.sync import SYNC_ACTOR, slurm_inventory_sync
 from fleet.models import Node
 from fleet.services import node_cordon, node_uncordon
+from health.models import HealthEvent
 from scheduling.choices import WorkloadState
 from scheduling.executors import ReplicaAssignment
 from scheduling.models import Allocation, PodSet, PriorityClass, Queue, Workload
@@ -184,6 +185,9 @@ def test_a_node_whose_slurmd_dies_becomes_unknown_and_its_gangs_are_requeued(slu
     n8.refresh_from_db()
     assert n8.state == "unknown" and n8.labels["slurm.not_responding"] is True
     assert AuditEvent.objects.filter(verb="node.not_responding", target_id=str(n8.pk)).exists()
+    (lost,) = HealthEvent.objects.filter(node=n8)
+    assert (lost.kind, lost.source, lost.resolved_at) == ("heartbeat_lost", "slurm", None)
+    assert "DOWN" in lost.evidence
     workload.refresh_from_db()
     assert workload.state == WorkloadState.REQUEUED
     assert not Allocation.objects.filter(workload=workload, released_at__isnull=True).exists()
@@ -193,3 +197,5 @@ def test_a_node_whose_slurmd_dies_becomes_unknown_and_its_gangs_are_requeued(slu
     wait_for(lambda: not slurm.node("n8").state.down, timeout=30, what="n8 back", interval=0.5)
     assert synced().recovered == ["n8"]
     assert Node.objects.get(name="n8").state == "ready"
+    lost.refresh_from_db()
+    assert lost.resolved_at is not None

@@ -9,6 +9,7 @@ from fleet.backends.slurm import parsers
 from fleet.backends.slurm.sync import SYNC_ACTOR, slurm_inventory_sync
 from fleet.models import Gpu, Node, Rack
 from fleet.services import node_cordon
+from health.models import HealthEvent
 from scheduling.choices import WorkloadState
 from scheduling.models import Allocation, PodSet, PriorityClass, Queue, Team, Workload
 
@@ -137,12 +138,23 @@ def test_a_down_node_becomes_unknown_once_and_its_gangs_are_requeued(cli):
     assert workload.state == WorkloadState.REQUEUED
     event = AuditEvent.objects.get(verb="node.not_responding")
     assert "Not responding" in event.reason
+    (lost,) = HealthEvent.objects.all()
+    assert (lost.kind, lost.source, lost.severity, lost.node.name) == ("heartbeat_lost", "slurm", "warning", "g3")
+    assert "DOWN" in lost.evidence and "Not responding" in lost.evidence and lost.resolved_at is None
     assert sync(cli).not_responding == []
+    assert HealthEvent.objects.get().count == 1  # a later sync of the same outage adds nothing
 
     cli.states["g3"] = "IDLE"
     del cli.reasons["g3"]
     assert sync(cli).recovered == ["g3"]
     assert Node.objects.get(name="g3").state == "ready"
+    assert HealthEvent.objects.get().resolved_at is not None
+
+    # A second outage is a second event.
+    cli.states["g3"] = "DOWN"
+    sync(cli)
+    assert HealthEvent.objects.filter(node__name="g3", resolved_at__isnull=True).count() == 1
+    assert HealthEvent.objects.count() == 2
 
 
 def test_a_node_gone_from_slurm_is_marked_unknown_once(cli):

@@ -6,8 +6,9 @@ drain/resume was applied and why not), so the node page can show them without a 
 
 Who wins: Fleetdeck's cordon is the operator's intent and is never undone by the sync; a drain
 made in Slurm by someone else cordons the node in Fleetdeck (cordoned_by "slurm") and is undone
-when Slurm resumes it; a node Slurm has marked DOWN (it stopped answering) becomes UNKNOWN and
-its gangs are requeued."""
+when Slurm resumes it; a node Slurm has marked DOWN (it stopped answering) becomes UNKNOWN, its
+gangs are requeued and the health app records a heartbeat_lost event (source "slurm"), resolved
+when the node answers again."""
 from __future__ import annotations
 
 import logging
@@ -229,8 +230,18 @@ class _Reconciler:
             node.state = NodeState.UNKNOWN
         audit_record(actor=self.actor, verb="node.not_responding", target=node, reason=reason, before=before,
                      after={"state": node.state, "slurm.state": str(snode.state)})
+        self._health_event(node, reason)
         self.result.not_responding.append(node.name)
         self._requeue_workloads_on(node, reason)
+
+    def _health_event(self, node: Node, reason: str) -> None:
+        """The health app's record of the outage: it shows on the node's health tab and events page,
+        resolved when Slurm hears from the node again. One event per outage (the key has its start)."""
+        from health.choices import EventKind, EventSource
+        from health.services import condition_record
+
+        condition_record(node=node, kind=EventKind.HEARTBEAT_LOST, source=EventSource.SLURM, evidence=reason,
+                         key=f"slurm|{node.pk}|{self.now.isoformat()}", now=self.now)
 
     def _came_back(self, node: Node, snode: parsers.SlurmNode) -> None:
         before = {"state": node.state}
@@ -239,6 +250,10 @@ class _Reconciler:
             node.state = NodeState.READY
         audit_record(actor=self.actor, verb="node.responding", target=node, reason=f"Slurm reports {snode.state}",
                      before=before, after={"state": node.state})
+        from health.choices import EventKind, EventSource
+        from health.services import condition_resolve
+
+        condition_resolve(node=node, kind=EventKind.HEARTBEAT_LOST, source=EventSource.SLURM, now=self.now)
         self.result.recovered.append(node.name)
 
     def _drained_in_slurm(self, node: Node, snode: parsers.SlurmNode) -> None:
