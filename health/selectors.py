@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from django.db.models import Exists, Max, Min, OuterRef
 
 from fleet.models import Node
-from health.choices import TICKET_STATE_COLORS, TicketState
+from health.choices import TICKET_STATE_COLORS, Severity, TicketState
 from health.models import WHOLE_GPU, GpuReading, GpuReadingMinute, HealthEvent, RepairTicket
 
 # A reading older than this no longer describes the GPU (scrapes run every 15 s).
@@ -29,6 +29,36 @@ def utilised_by_gpu(*, now: datetime) -> dict[int, float]:
         mig_instance_id=WHOLE_GPU, at__gte=now - FRESH, sm_active__isnull=False
     ).filter(Exists(allocated)).values_list("gpu_id", "sm_active")
     return dict(rows)
+
+
+def utilised_by_queue_flavor(
+    gpus: dict[tuple[int, int], list[tuple[int, int]]], now: datetime
+) -> dict[tuple[int, int], float]:
+    """The quota-request usage sampler's utilisation source: GPUs' worth of SM activity per
+    (queue_id, flavor_id), from each allocated GPU's fresh whole-GPU reading (one query).
+
+    A share of a GPU (milli < 1000) is credited its share of the GPU's activity; a GPU without a
+    fresh reading counts as unknown, which adds nothing rather than guessing busy or idle."""
+    ids = {gpu_id for held in gpus.values() for gpu_id, _milli in held}
+    if not ids:
+        return {}
+    active = dict(GpuReading.objects.filter(
+        gpu_id__in=ids, mig_instance_id=WHOLE_GPU, at__gte=now - FRESH, sm_active__isnull=False
+    ).values_list("gpu_id", "sm_active"))
+    return {
+        key: round(sum(min(1.0, max(0.0, active[gpu_id])) * milli / 1000 for gpu_id, milli in held
+                       if gpu_id in active), 3)
+        for key, held in gpus.items()
+    }
+
+
+def gpu_failures_since(since: datetime) -> int:
+    """GPU failures since `since`, for the scheduler's MTBF (checkpoint advice): each repair ticket
+    opened is one failure (later faults of the node join its ticket), and so is each fatal event
+    that opened no ticket (the node was already in repair, or no ticket was wanted)."""
+    tickets = RepairTicket.objects.filter(opened_at__gte=since).count()
+    untracked = HealthEvent.objects.filter(severity=Severity.FATAL, first_seen__gte=since, tickets__isnull=True)
+    return tickets + untracked.count()
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,11 +47,12 @@ def test_a_registered_utilisation_source_fills_utilised(running, research_queue,
         seen.update(gpus)
         return {key: 0.5 * len(held) for key, held in gpus.items()}
 
+    registered = services._utilisation_source  # the health app's, from HealthConfig.ready()
     services.register_utilisation_source(source)
     try:
         services.quota_usage_sample(now=NOW)
     finally:
-        services.register_utilisation_source(None)
+        services.register_utilisation_source(registered)
     assert len(seen[(research_queue.pk, h100.pk)]) == 3
     assert QueueUsageSample.objects.get(queue=research_queue, flavor=h100).utilised == 1.5
 
