@@ -3,6 +3,16 @@
     fleetdeck-agent --server https://fleetdeck.example --node gpu-017 --token-file /etc/fleetdeck/token
     FLEETDECK_AGENT_TOKEN=... fleetdeck-agent --server http://10.0.0.5:8000 --once
 
+Burn-in of a node under repair (its repair ticket is in burn-in): report a result, or run the test
+and report its exit status; either sends one heartbeat carrying the result and exits.
+
+    fleetdeck-agent ... --burn-in-cmd "dcgmi diag -r 3" [--burn-in-timeout 3600]
+    fleetdeck-agent ... --burn-in-passed --details "dcgmi diag -r 3: all tests passed"
+
+It prints one line saying what the server recorded. Exit status 0 once the server recorded the
+result (passed or failed), 1 with one line on stderr when it did not (no ticket in burn-in) or the
+result could not be delivered.
+
 Exit status: 0 after --once succeeded (or on Ctrl-C), 1 with exactly one line on stderr for anything
 the agent cannot fix by retrying: no NVML, no token, a refused token or payload. Network errors in
 the loop are logged and retried on the next interval.
@@ -18,7 +28,8 @@ from pathlib import Path
 import httpx
 
 from .nvml import NvmlFacade, NvmlNotFound, default_hostname
-from .runner import Agent, AgentClient, AgentError
+from .payloads import MAX_BURN_IN_DETAILS, BurnInReport
+from .runner import Agent, AgentClient, AgentError, burn_in_run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +42,42 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Agent token (env FLEETDECK_AGENT_TOKEN); prefer --token-file")
     parser.add_argument("--interval", type=float, default=15.0, help="Seconds between heartbeats (default 15)")
     parser.add_argument("--once", action="store_true", help="Register, send one heartbeat and exit")
+    burn_in = parser.add_argument_group("burn-in", "report a burn-in result for the node's repair ticket and exit")
+    result = burn_in.add_mutually_exclusive_group()
+    result.add_argument("--burn-in-passed", dest="burn_in", action="store_const", const="passed",
+                        help="Report that the burn-in passed")
+    result.add_argument("--burn-in-failed", dest="burn_in", action="store_const", const="failed",
+                        help="Report that the burn-in failed")
+    result.add_argument("--burn-in-cmd", metavar="CMD",
+                        help="Run CMD (no shell) and report pass (exit status 0) or fail, with its output")
+    burn_in.add_argument("--details", default=None, help="What the burn-in showed (with --burn-in-passed/-failed)")
+    burn_in.add_argument("--burn-in-timeout", type=float, default=3600.0,
+                         help="Seconds CMD may run before it counts as failed (default 3600)")
     return parser
+
+
+def _burn_in_error(args: argparse.Namespace) -> str | None:
+    if args.details is not None and not args.burn_in:
+        return "--details needs --burn-in-passed or --burn-in-failed"
+    if args.details is not None and len(args.details) > MAX_BURN_IN_DETAILS:
+        return f"--details is longer than {MAX_BURN_IN_DETAILS} characters"
+    if args.burn_in_timeout <= 0:
+        return "--burn-in-timeout must be positive"
+    return None
+
+
+def _burn_in_report(agent: Agent, args: argparse.Namespace) -> None:
+    if args.burn_in_cmd is not None:
+        report = burn_in_run(args.burn_in_cmd, args.burn_in_timeout)
+    else:
+        report = BurnInReport(passed=args.burn_in == "passed", details=args.details or "")
+    answer = agent.report_burn_in(report)
+    recorded = answer.get("burn_in")
+    outcome = "passed" if report.passed else "failed"
+    if not isinstance(recorded, dict):
+        raise AgentError(f"the server did not record the burn-in result ({outcome}): node {agent.node} has no "
+                         "repair ticket in burn-in")
+    print(f"burn-in {outcome}: recorded on repair ticket #{recorded.get('ticket')} of node {agent.node}")
 
 
 def _token(args: argparse.Namespace) -> str:
@@ -61,6 +107,9 @@ def main(
     if args.interval <= 0:
         print("fleetdeck-agent: --interval must be positive", file=sys.stderr)
         return 1
+    if problem := _burn_in_error(args):
+        print(f"fleetdeck-agent: {problem}", file=sys.stderr)
+        return 1
     facade = facade_factory()
     try:
         facade.init()  # type: ignore[attr-defined]
@@ -72,7 +121,10 @@ def main(
         client = AgentClient(args.server, _token(args), transport=transport)
         agent = Agent(facade, client, node=args.node or default_hostname(), hostname=default_hostname(),  # type: ignore[arg-type]
                       interval_s=args.interval)
-        agent.run(once=args.once)
+        if args.burn_in or args.burn_in_cmd is not None:
+            _burn_in_report(agent, args)
+        else:
+            agent.run(once=args.once)
     except AgentError as exc:
         print(f"fleetdeck-agent: {exc}", file=sys.stderr)
         return 1

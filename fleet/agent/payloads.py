@@ -32,6 +32,10 @@ HeartbeatPayload (health)
     events: [XidEvent] received from NVML since the previous heartbeat
         kind: "xid" | "gpu_lost", xid: int | null, gpu_uuid, pci_bus_id, at: RFC 3339,
         category, action (health.core.xid_catalog values), dedup_key (health.core.policy.make_dedup_key)
+    burn_in: BurnInReport, optional (absent on ordinary heartbeats)
+        passed: bool, details: str (at most MAX_BURN_IN_DETAILS characters, e.g. the test's output tail)
+        The server records it on the node's repair ticket when that ticket is in burn-in, and answers
+        "burn_in": {"ticket", "passed"}, or "burn_in": null when there was no such ticket.
 Null means "not supported on this GPU/driver", never zero.
 """
 from __future__ import annotations
@@ -43,6 +47,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 SCHEMA_VERSION = 1
+MAX_BURN_IN_DETAILS = 4000
 REGISTER_PATH = "/api/v1/agent/register/"
 HEARTBEAT_PATH = "/api/v1/agent/heartbeat/"
 
@@ -140,16 +145,32 @@ class XidEvent:
 
 
 @dataclass(slots=True)
+class BurnInReport:
+    """The outcome of a burn-in test the agent ran (or was told about) on a node under repair."""
+
+    passed: bool
+    details: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.details) > MAX_BURN_IN_DETAILS:
+            raise ValueError(f"burn_in.details: longer than {MAX_BURN_IN_DETAILS} characters")
+
+
+@dataclass(slots=True)
 class HeartbeatPayload:
     node: str
     seq: int
     sent_at: str
     gpus: list[GpuHealth]
     events: list[XidEvent] = field(default_factory=list)
+    burn_in: BurnInReport | None = None
     schema: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.burn_in is None:
+            del data["burn_in"]  # ordinary heartbeats keep the wire format they always had
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> HeartbeatPayload:

@@ -5,12 +5,16 @@ Public API:
         .inventory() -> RegisterPayload
         .heartbeat(events) -> HeartbeatPayload
         .run(once=False, max_heartbeats=None) -> None     raises AgentError on a fatal server answer
+        .report_burn_in(report) -> dict                   register, then one heartbeat carrying the result
     AgentClient(server, token, transport=None)            httpx client posting to REGISTER_PATH / HEARTBEAT_PATH
     AgentError                                            one-line, user-facing failure
     xid_event_payload(event, node) -> payloads.XidEvent
+    burn_in_run(command, timeout_s) -> BurnInReport       run a burn-in test; passed = exit status 0
 """
 from __future__ import annotations
 
+import shlex
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -25,7 +29,9 @@ from health.core.xid_catalog import Action, Category, action_for, lookup
 from .nvml import DeviceInfo, NvmlEvent, nvlink_groups
 from .payloads import (
     HEARTBEAT_PATH,
+    MAX_BURN_IN_DETAILS,
     REGISTER_PATH,
+    BurnInReport,
     GpuHealth,
     GpuInventory,
     HeartbeatPayload,
@@ -87,6 +93,42 @@ def _lost_event(health: GpuHealth, device: DeviceInfo | None, node: str, at: dat
         kind="gpu_lost", xid=None, gpu_uuid=health.uuid, pci_bus_id=device.pci_bus_id if device else None,
         at=at.isoformat(), category=Category.PCIE.value, action=Action.REBOOT_NODE.value, dedup_key=key,
     )
+
+
+def burn_in_run(command: str, timeout_s: float) -> BurnInReport:
+    """Run a burn-in test (e.g. `dcgmi diag -r 3`): exit status 0 passes. A test that hangs past
+    `timeout_s` fails; a command that cannot start at all is the operator's mistake (AgentError),
+    never reported as a failed burn-in."""
+    argv = shlex.split(command)
+    if not argv:
+        raise AgentError("--burn-in-cmd is empty")
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)  # noqa: S603
+    except FileNotFoundError as exc:
+        raise AgentError(f"burn-in command not found: {argv[0]}") from exc
+    except PermissionError as exc:
+        raise AgentError(f"burn-in command not executable: {argv[0]}") from exc
+    except subprocess.TimeoutExpired as exc:
+        output = _text(exc.stdout) + _text(exc.stderr)
+        return BurnInReport(passed=False, details=_details(f"`{command}` did not finish within {timeout_s:g} s",
+                                                           output))
+    head = f"`{command}` exited with status {done.returncode}"
+    return BurnInReport(passed=done.returncode == 0, details=_details(head, done.stdout + done.stderr))
+
+
+def _text(value: str | bytes | None) -> str:
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return value or ""
+
+
+def _details(head: str, output: str) -> str:
+    # The end of a diagnostic's output holds its verdict: keep the tail when it is too long.
+    room = MAX_BURN_IN_DETAILS - len(head) - 1
+    output = output.strip()
+    if len(output) > room:
+        output = "…" + output[-(room - 1):]
+    return f"{head}\n{output}" if output else head
 
 
 class Agent:
@@ -162,6 +204,24 @@ class Agent:
     def beat(self, events: list[NvmlEvent]) -> bool:
         payload = self.heartbeat(events)
         payload.events = self._unsent + payload.events
+        return self._deliver(payload) is not None
+
+    def report_burn_in(self, report: BurnInReport) -> dict[str, Any]:
+        """Register, then send one heartbeat carrying the burn-in result; returns the server's
+        answer. AgentError when it cannot be delivered."""
+        if not self.register():
+            raise AgentError("could not register with the server")
+        for _attempt in range(2):  # a 409 re-registers inside _deliver; the second try then lands
+            payload = self.heartbeat(self.facade.wait_xid_events(0))
+            payload.events = self._unsent + payload.events
+            payload.burn_in = report
+            answer = self._deliver(payload)
+            if answer is not None:
+                return answer
+        raise AgentError("could not deliver the burn-in result")
+
+    def _deliver(self, payload: HeartbeatPayload) -> dict[str, Any] | None:
+        """POST the heartbeat; the server's answer, or None when it must be sent again."""
         response = self._post(HEARTBEAT_PATH, payload.to_dict())
         if response is not None and response.status_code == 409:
             self.register()  # the server forgot us (node re-created): tell it again, resend next time
@@ -170,10 +230,14 @@ class Agent:
             if response is not None:
                 self.log(f"fleetdeck-agent: heartbeat answered HTTP {response.status_code}")
             self._unsent = payload.events  # Xids are rare and precious: keep them for the next beat
-            return False
+            return None
         self._unsent = []
         self.seq += 1
-        return True
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = {}
+        return answer if isinstance(answer, dict) else {}
 
     def run(self, *, once: bool = False, max_heartbeats: int | None = None) -> None:
         while not self.register():
