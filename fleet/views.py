@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from core.actors import Actor
 from core.roles import is_operator
+from scheduling.quota_requests.selectors import sizing_signals
 
 from . import charts, services
 from .choices import NODE_STATE_COLORS, NodeState
@@ -39,6 +40,8 @@ def overview(request: HttpRequest) -> HttpResponse:
         "rack_grid": charts.rack_grid_html(data.racks),
         "gpu_legend": GpuStatus.LEGEND,
         "state_legend": [(NodeState(s).label, color) for s, color in NODE_STATE_COLORS.items()],
+        # Operators size quotas: queues pinned at or idling far below theirs (three queries at most).
+        "sizing_signals": sizing_signals() if is_operator(request.user) else None,
     }
     return render(request, "fleet/overview.html", context)
 

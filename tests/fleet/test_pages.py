@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -14,7 +15,7 @@ from fleet import charts
 from fleet.choices import GpuHealth, NodeState
 from fleet.models import Gpu, GpuFlavor, Node, Rack, Spine
 from fleet.selectors import fleet_overview
-from scheduling.models import Allocation, PodSet, PriorityClass, Queue, Team, Workload
+from scheduling.models import Allocation, PodSet, PriorityClass, Queue, QueueUsageSample, Team, Workload
 
 pytestmark = pytest.mark.django_db
 
@@ -143,6 +144,16 @@ def grow_fleet(flavor: GpuFlavor, first: int, count: int) -> None:
     allocate(workload, Gpu.objects.filter(index__lt=3, allocations__isnull=True))
 
 
+def pinned_week(queue: Queue, flavor: GpuFlavor, *, nominal: int, in_use: int) -> None:
+    """A week of 5-minute usage samples at `in_use` of `nominal` for the queue and flavor."""
+    now = timezone.now().replace(second=0, microsecond=0)
+    QueueUsageSample.objects.bulk_create(
+        QueueUsageSample(queue=queue, flavor=flavor, at=now - timedelta(minutes=5 * i), nominal=nominal,
+                         in_use=in_use, utilised=in_use * 0.9)
+        for i in range(1, 7 * 24 * 12)
+    )
+
+
 def count_overview_queries(client: Client) -> tuple[int, int]:
     with CaptureQueriesContext(connection) as selector_queries:
         fleet_overview()
@@ -155,16 +166,20 @@ def test_overview_takes_the_same_queries_at_10_and_1000_nodes(operator, client):
     flavor = GpuFlavor.objects.create(name="H100", product="NVIDIA H100", memory_mib=81559)
     login(client, operator)
     grow_fleet(flavor, 0, 10)
+    pinned_week(Queue.objects.get(), flavor, nominal=8, in_use=8)
     small = count_overview_queries(client)
     grow_fleet(flavor, 10, 990)
+    for i in range(20):  # more teams with sizing signals cost no more queries either
+        team = Team.objects.create(name=f"team-{i}")
+        pinned_week(Queue.objects.create(name=f"q-{i}", team=team), flavor, nominal=8, in_use=i % 2 * 8)
     data = fleet_overview()
     assert (data.total.nodes, data.total.gpus, data.total.allocated) == (1000, 8000, 3000)
     assert data.total.idle_on_unschedulable_nodes == 100 * 5
     large = count_overview_queries(client)
-    assert small == large, "the overview's query count grows with the fleet"
+    assert small == large, "the overview's query count grows with the fleet or with the signals"
     # Five reads for the selector (the fifth: utilisation from health's latest readings); the page
-    # adds only the session, user and role look-ups.
-    assert large[0] == 5 and large[1] <= 10
+    # adds the session, user and role look-ups, the idle-GPU list and three for the sizing signals.
+    assert large[0] == 5 and large[1] <= 12
 
 
 # --- pages and roles -------------------------------------------------------------------------
@@ -194,6 +209,31 @@ def test_overview_page_shows_cards_chart_grid_and_cordoned_nodes(fleet, viewer, 
     assert body.count('<i class="g allocated">') == 5 + 1
     assert body.count('<i class="g unhealthy">') == 1 + 1
     assert "XID 79 on GPU 2" in body
+
+
+def test_operators_see_the_sizing_signals_on_the_overview_and_viewers_do_not(fleet, operator, viewer, client):
+    h100 = GpuFlavor.objects.get(name="H100")
+    pinned_week(Queue.objects.get(name="vision-q"), h100, nominal=4, in_use=4)
+    idle_team = Team.objects.create(name="speech")
+    pinned_week(Queue.objects.create(name="speech-q", team=idle_team), h100, nominal=8, in_use=0)
+
+    response = login(client, operator).get("/")
+
+    assert [(s.team.name, s.kind) for s in response.context["sizing_signals"]] == [
+        ("vision", "pinned"), ("speech", "over-provisioned")]
+    body = response.content.decode()
+    panel = body[body.index('id="sizing-signals"'):]
+    assert "vision</a> · vision-q · H100" in panel and "pinned — consider resizing" in panel
+    assert "speech</a> · speech-q · H100" in panel and "over-provisioned" in panel
+
+    client.logout()
+    response = login(client, viewer).get("/")
+    assert response.context["sizing_signals"] is None and 'id="sizing-signals"' not in response.content.decode()
+
+
+def test_the_overview_says_so_when_no_queue_needs_resizing(fleet, operator, client):
+    body = login(client, operator).get("/").content.decode()
+    assert 'id="sizing-signals"' in body and "No team is pinned at its quota or far below it." in body
 
 
 def test_plotly_js_is_served_from_our_static_url(client, viewer):
