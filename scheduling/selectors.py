@@ -374,29 +374,16 @@ def snapshot_load(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
 
 DEFAULT_MTBF_GPU_HOURS = 50_000.0
 FAILURE_WINDOW_DAYS = 90
-_failure_sources: list = []
+_failure_source = None
 
 
 def register_failure_source(fn) -> None:
-    """Add a callable `fn(since: datetime) -> int` counting GPU failures since `since`.
+    """Set the callable `fn(since: datetime) -> int` counting GPU failures since `since`.
 
-    The health app registers one (its repair tickets / fatal events); until any is registered,
-    repair tickets are counted when a health.RepairTicket model exists."""
-    _failure_sources.append(fn)
-
-
-def _default_failures(since: datetime) -> int:
-    from django.apps import apps
-
-    try:
-        model = apps.get_model("health", "RepairTicket")
-    except LookupError:
-        return 0
-    names = {f.name for f in model._meta.get_fields()}
-    for stamp in ("opened_at", "created_at", "at"):
-        if stamp in names:
-            return model.objects.filter(**{f"{stamp}__gte": since}).count()
-    return model.objects.count()
+    The health app registers its repair tickets and fatal events from HealthConfig.ready();
+    registering again replaces it, so a repeated ready() never counts failures twice."""
+    global _failure_source
+    _failure_source = fn
 
 
 def mtbf_per_gpu_hours(now: datetime) -> tuple[float, str]:
@@ -406,8 +393,7 @@ def mtbf_per_gpu_hours(now: datetime) -> tuple[float, str]:
     from datetime import timedelta
 
     since = now - timedelta(days=FAILURE_WINDOW_DAYS)
-    sources = _failure_sources or [_default_failures]
-    failures = sum(fn(since) for fn in sources)
+    failures = _failure_source(since) if _failure_source is not None else 0
     gpus = Gpu.objects.count()
     if failures <= 0 or gpus == 0:
         return DEFAULT_MTBF_GPU_HOURS, "default (no failures recorded)"
