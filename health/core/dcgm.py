@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -101,28 +102,14 @@ _INT_FIELDS = frozenset(
 _KNOWN_COUNTERS_WITH_TOTAL = frozenset({"DCGM_EXP_XID_ERRORS_TOTAL", "DCGM_EXP_CLOCK_EVENTS_TOTAL"})
 
 
-def _install_label_cache() -> None:
-    """Memoise prometheus_client's label parser.
-
-    Profiling shows ~70% of parse time in `parse_labels`, a character-by-character scanner, while an
-    exporter repeats each GPU's label block on all ~40 of its metrics. Caching by label text keeps the
-    library's own parsing (and its errors) and makes the whole parse about 3x faster. Results are copied
-    because the parser mutates the dict (`del labels['__name__']`).
-    """
-    original = _prom_parser.parse_labels
-    if getattr(original, "_fleetdeck_cached", False):
-        return
-    cached = functools.lru_cache(maxsize=16384)(lambda text, openmetrics: original(text, openmetrics))
-
-    def parse_labels(labels_string: str, openmetrics: bool = False) -> dict[str, str]:
-        return dict(cached(labels_string, openmetrics))
-
-    parse_labels._fleetdeck_cached = True  # type: ignore[attr-defined]
-    parse_labels.__wrapped__ = original  # type: ignore[attr-defined]  # bench/ingest.py times the uncached path
-    _prom_parser.parse_labels = parse_labels
+_HOW = {name: how for name, (_attr, _scale, how) in _FIELDS.items() if how != "last"}
+# What the store path reads (all_metrics=False): the named fields' families, nothing else.
+FIELD_METRICS = frozenset(_FIELDS)
+_AMBIGUOUS_TOTALS = frozenset(name + "_total" for name in FIELD_METRICS)
 
 
-_install_label_cache()
+def _workload(labels: dict[str, str]) -> tuple[str | None, str | None, str | None]:
+    return (_label(labels, "namespace"), _label(labels, "pod"), _label(labels, "container"))
 
 
 @dataclass(slots=True)
@@ -132,18 +119,23 @@ class _Builder:
     workloads: list[tuple[str | None, str | None, str | None]] = field(default_factory=list)
 
     def add(self, name: str, labels: dict[str, str], value: float) -> None:
-        spec = _FIELDS.get(name)
-        how = spec[2] if spec else "last"
-        if how == "sum" and name in self.values:
-            self.values[name] += value
-        elif how == "max" and name in self.values:
-            self.values[name] = max(self.values[name], value)
+        self.put(name, value)
+        self.see(labels, _workload(labels))
+
+    def put(self, name: str, value: float) -> None:
+        how = _HOW.get(name)
+        values = self.values
+        if how is None or name not in values:
+            values[name] = value
+        elif how == "sum":
+            values[name] += value
         else:
-            self.values[name] = value
+            values[name] = max(values[name], value)
+
+    def see(self, labels: dict[str, str], workload: tuple[str | None, str | None, str | None]) -> None:
         if len(labels) > len(self.labels):
             # Label sets vary inside a family: keep identity labels that only some rows carry.
             self.labels = {**labels, **self.labels}
-        workload = (_label(labels, "namespace"), _label(labels, "pod"), _label(labels, "container"))
         if any(workload) and workload not in self.workloads:
             self.workloads.append(workload)
 
@@ -223,10 +215,37 @@ def _locate_error(text: str, error: Exception) -> ValueError:
     return ValueError(f"DCGM exposition rejected: {error}")
 
 
-def parse_exposition(text: str | bytes) -> list[GpuReading]:
-    """One reading per GPU or MIG instance, in order of first appearance."""
+def parse_exposition(text: str | bytes, *, all_metrics: bool = True) -> list[GpuReading]:
+    """One reading per GPU or MIG instance, in order of first appearance.
+
+    all_metrics=False is the store path's mode: `metrics` keeps only FIELD_METRICS, and lines of
+    other families are read only as far as needed to know which GPUs reported and with which labels
+    (so a malformed line there is not looked at). The readings are otherwise the same."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
+    keep = None if all_metrics else FIELD_METRICS
+    try:
+        return _parse_fast(text, keep)
+    except (_Fallback, ValueError, IndexError, KeyError, TypeError):
+        # The fast path proves its shortcuts line by line and gives up on anything unusual; the
+        # reference path then decides, and names the line prometheus_client rejects.
+        return _parse_reference(text, keep)
+
+
+def clear_caches() -> None:
+    """Forget the parsed label blocks (the bench times a first scrape with this)."""
+    _parse_block.cache_clear()
+
+
+def parse_exposition_reference(text: str | bytes, *, all_metrics: bool = True) -> list[GpuReading]:
+    """The same readings, with every line through prometheus_client as written: slow (~16 ms per
+    8-GPU payload), kept as the reference the fast path is tested and benchmarked against."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return _parse_reference(text, None if all_metrics else FIELD_METRICS)
+
+
+def _parse_reference(text: str, keep: frozenset[str] | None) -> list[GpuReading]:
     builders: dict[tuple[str, str, str], _Builder] = {}
     try:
         for family in _prom_parser.text_string_to_metric_families(text):
@@ -240,7 +259,177 @@ def parse_exposition(text: str | bytes) -> list[GpuReading]:
                 builder = builders.get(key)
                 if builder is None:
                     builder = builders[key] = _Builder(labels=sample.labels)
-                builder.add(_metric_name(family, sample.name), sample.labels, value)
+                name = _metric_name(family, sample.name)
+                if keep is None or name in keep:
+                    builder.add(name, sample.labels, value)
+                else:
+                    builder.see(sample.labels, _workload(sample.labels))
     except (ValueError, IndexError, KeyError, TypeError) as exc:
         raise _locate_error(text, exc) from exc
+    return [builder.build() for builder in builders.values()]
+
+
+# --- the fast path ----------------------------------------------------------------------------------
+#
+# prometheus_client spends ~90% of its time scanning label blocks character by character, and an
+# exporter repeats each GPU's ~250-character block on all ~40 of its lines. So each distinct block is
+# parsed once, by prometheus_client's own parse_labels, and prometheus_client then parses every line
+# with the block cut out ("NAME{block} rest" -> "NAME rest"): same name, same value and timestamp
+# text, same families and types. The cut is only made where it provably changes nothing (legacy
+# metric name, no "}" or backslash in the block, quotes balanced, no "{" after it); any other line
+# goes through as written. Samples come back in line order, which maps them to their blocks.
+#
+# With keep (the store path), only the kept families' values are parsed, under one synthetic name
+# ("v"), since a kept name is its own metric name whatever the family's type. A line of another
+# family matters only the first time its block has a sample that is not a blank sentinel (that is
+# when the reference path creates a GPU, merges labels or adds a workload; later samples of the same
+# block change nothing), so such lines are parsed only until their block has a value that cannot be
+# blank. A sample named <kept name>_total could be renamed by a counter TYPE line: that text goes
+# to the reference path.
+
+_LEGACY_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_HELP_NAME = re.compile(r"# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*)(?:[ \t\n\r\x0b\x0c]|$)")
+# A value with at most 9 integer digits is below every sentinel (the smallest is 2147483632) and not NaN.
+_SURELY_NOT_BLANK = re.compile(r"[ \t]*[0-9]{1,9}(?:\.[0-9]*)?(?:[ \t]|$)")
+_KEPT, _OTHER, _VERBATIM, _AMBIGUOUS = range(4)
+_ALIAS = "v"
+_UNSEEN = object()
+
+
+class _Fallback(Exception):
+    """The fast path cannot prove it would read this text exactly like the reference path."""
+
+
+class _Block:
+    """One distinct label block within one parse: its labels and what this parse did with it."""
+
+    __slots__ = ("labels", "key", "workload", "builder", "confirmed")
+
+    def __init__(self, parsed: tuple[dict[str, str], tuple[str, str, str] | None, tuple]) -> None:
+        self.labels, self.key, self.workload = parsed
+        self.builder: _Builder | None = None
+        self.confirmed = False  # a line with a value that cannot be blank has been queued
+
+
+@functools.lru_cache(maxsize=16384)
+def _parse_block(block: str) -> tuple[dict[str, str], tuple[str, str, str] | None, tuple] | None:
+    """Labels, GPU key and workload of a label block; None where cutting the block out of a line
+    might change the parse. Cached: a worker sees the same blocks every scrape (about 1.5 KB each;
+    the labels dict is shared, and nothing here or in _Builder mutates it)."""
+    if "}" in block or "\\" in block or block.count('"') % 2:
+        return None
+    labels = _prom_parser.parse_labels(block, False)
+    if "__name__" in labels:
+        return None  # the parser rejects the line ("metric name specified more than once")
+    return labels, _gpu_key(labels), _workload(labels)
+
+
+def _classify(name: str, keep: frozenset[str] | None) -> int:
+    if not _LEGACY_NAME.fullmatch(name):
+        return _VERBATIM
+    if keep is None or name in keep:
+        return _KEPT
+    return _AMBIGUOUS if name in _AMBIGUOUS_TOTALS else _OTHER
+
+
+_CLASSES: dict[frozenset[str] | None, dict[str, int]] = {}  # metric name -> how to read it, per `keep`
+
+
+def _parse_fast(text: str, keep: frozenset[str] | None) -> list[GpuReading]:
+    everything = keep is None
+    out: list[str] = [] if everything else [f"# TYPE {_ALIAS} untyped"]
+    # Per line given to prometheus_client: (block, metric) for a cut line (metric None: only its
+    # labels matter), (None, None) for a line given as written.
+    queued: list[tuple[_Block | None, str | None]] = []
+    blocks: dict[str, _Block | None] = {}
+    classes = _CLASSES.setdefault(keep, {})
+    if len(classes) > 4096:  # metric names are few; this only bounds what odd input can add
+        classes.clear()
+    verbatim = (None, None)
+    for line in text.split("\n"):  # the parser splits on "\n" only, and strips each line
+        line = line.strip()
+        if not line:
+            continue
+        if line[0] == "#":
+            if everything:
+                match = _HELP_NAME.match(line)
+                out.append("# HELP " + match[1] if match else line)  # HELP text is never read
+            continue
+        brace = line.find("{")
+        if brace < 0:
+            if everything:  # no labels, so never a GPU's: only its validity matters
+                out.append(line)
+                queued.append(verbatim)
+            continue
+        name = line[:brace]
+        kind = classes.get(name)
+        if kind is None:
+            kind = classes[name] = _classify(name, keep)
+        end = line.rfind("}")
+        if end > brace and (kind == _KEPT or kind == _OTHER):
+            block_text = line[brace + 1:end]
+            block = blocks.get(block_text, _UNSEEN)
+            if block is _UNSEEN:
+                parsed = _parse_block(block_text)
+                block = blocks[block_text] = None if parsed is None else _Block(parsed)
+            if block is not None:
+                if not everything and (block.key is None or (kind == _OTHER and block.confirmed)):
+                    continue
+                rest = line[end + 1:]
+                if "{" not in rest:
+                    if not everything and not block.confirmed and _SURELY_NOT_BLANK.match(rest):
+                        block.confirmed = True
+                    out.append(f"{name if everything else _ALIAS} {rest}")
+                    queued.append((block, name if kind == _KEPT else None))
+                    continue
+        elif kind == _AMBIGUOUS:
+            raise _Fallback(name)
+        out.append(line)
+        queued.append(verbatim)
+        if not everything:
+            out.append(f"# TYPE {_ALIAS} untyped")  # the line above ended the alias family
+
+    families = list(_prom_parser.text_string_to_metric_families("\n".join(out)))
+    if sum(len(family.samples) for family in families) != len(queued):
+        raise _Fallback("samples lost")  # e.g. a family named "" that the parser never yields
+    builders: dict[tuple[str, str, str], _Builder] = {}
+    pending = iter(queued)
+    for family in families:
+        for sample, (block, metric) in zip(family.samples, pending, strict=False):  # counts checked above
+            value = sample.value
+            if value >= _INT64_BLANK or value in _SENTINELS or value != value:  # is_blank, inlined
+                continue
+            if block is None:
+                labels = sample.labels
+                key = _gpu_key(labels)
+                if key is None:
+                    continue
+                builder = builders.get(key)
+                if builder is None:
+                    builder = builders[key] = _Builder(labels=labels)
+                builder.see(labels, _workload(labels))
+                metric = _metric_name(family, sample.name) if everything else sample.name
+                if not everything:
+                    if metric in _AMBIGUOUS_TOTALS:
+                        raise _Fallback(metric)
+                    if metric not in keep:
+                        continue
+            else:
+                builder = block.builder
+                if builder is None:
+                    if block.key is None:
+                        continue
+                    builder = builders.get(block.key)
+                    if builder is None:
+                        builder = builders[block.key] = _Builder(labels=block.labels)
+                    builder.see(block.labels, block.workload)
+                    block.builder = builder
+                if everything:
+                    metric = _metric_name(family, sample.name)
+                elif metric is None:
+                    continue
+            if metric in _HOW:
+                builder.put(metric, value)
+            else:
+                builder.values[metric] = value
     return [builder.build() for builder in builders.values()]

@@ -6,10 +6,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from core.actors import Actor
+from fleet.choices import NodeState
 from fleet.models import Gpu, Node
 from health.choices import EventSource
 from health.core import dcgm, policy
@@ -42,10 +43,11 @@ class DcgmOutcome:
         return rows
 
 
-def dcgm_parse(text: str | bytes) -> list[dcgm.GpuReading]:
-    """Readings of an exposition; ValidationError naming the line when the text is not one."""
+def dcgm_parse(text: str | bytes, *, all_metrics: bool = True) -> list[dcgm.GpuReading]:
+    """Readings of an exposition; ValidationError naming the line when the text is not one.
+    all_metrics=False: the store path's cheaper parse (`metrics` holds only the named fields)."""
     try:
-        readings = dcgm.parse_exposition(text)
+        readings = dcgm.parse_exposition(text, all_metrics=all_metrics)
     except ValueError as exc:
         raise ValidationError({"text": [str(exc)]}, code="invalid") from exc
     if not readings:
@@ -94,25 +96,77 @@ def dcgm_signals(node: Node, readings: Sequence[dcgm.GpuReading], matched: Seque
     return signals
 
 
+def _node_touch(node: Node, now: datetime) -> str | None:
+    """Set last_heartbeat and return the node's state (None: no such node) in one statement, which
+    also takes the node's row lock on PostgreSQL (SQLite locks the database for the transaction)."""
+    quote = connection.ops.quote_name
+    meta = Node._meta
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {quote(meta.db_table)} SET {quote(meta.get_field('last_heartbeat').column)} = %s "
+            f"WHERE {quote(meta.pk.column)} = %s RETURNING {quote(meta.get_field('state').column)}",
+            [connection.ops.adapt_datetimefield_value(now), node.pk],
+        )
+        row = cursor.fetchone()
+    return None if row is None else row[0]
+
+
+_GPU_FIELDS = ("id", "uuid", "index", "node")
+
+
+def _node_gpus(node: Node) -> list[Gpu]:
+    """The node's GPUs with only what matching and storing need (the rest loads on access, as with
+    .only()): one plain SELECT instead of the ORM's ~0.4 ms for a queryset ordered across a join."""
+    quote = connection.ops.quote_name
+    # from_db takes the values in the model's field order.
+    fields = [f for f in Gpu._meta.concrete_fields if f.name in _GPU_FIELDS]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {', '.join(quote(f.column) for f in fields)} FROM {quote(Gpu._meta.db_table)} "
+            f"WHERE {quote(Gpu._meta.get_field('node').column)} = %s",
+            [node.pk],
+        )
+        rows = cursor.fetchall()
+    names = [f.attname for f in fields]
+    return [Gpu.from_db(connection.alias, names, row) for row in rows]
+
+
+def _has_fault(reading: dcgm.GpuReading) -> bool:
+    # Mirrors the counters dcgm_signals acts on, so a healthy scrape skips the policy and its locks.
+    return bool(reading.ecc_dbe_volatile or reading.row_remap_failure or reading.row_remap_pending or reading.xid_last
+                or (reading.health_status is not None and reading.health_status >= dcgm.HEALTH_WARN))
+
+
 def dcgm_ingest(
     *, node: Node, text: str | bytes, actor: Actor = HEALTH_ACTOR, dry_run: bool = False, now: datetime | None = None
 ) -> DcgmOutcome:
     """Parse one exposition of `node`, store its readings and act on its fault counters (ECC DBE,
     row-remap failure, DCGM health, Xid). Dry run: parse and match only, store nothing.
     Raises ValidationError (nothing stored) for text that is not an exposition."""
-    readings = dcgm_parse(text)
+    readings = dcgm_parse(text, all_metrics=dry_run)  # a dry run shows every metric
     now = now or timezone.now()
     if dry_run:
         return DcgmOutcome(readings=readings, matched=match_gpus(node, readings, list(Gpu.objects.filter(node=node))))
+    faulty = any(_has_fault(r) for r in readings if r.mig_instance_id is None)
     with transaction.atomic():
-        node = Node.objects.select_for_update().get(pk=node.pk)
-        gpus = list(Gpu.objects.filter(node=node))
+        # A healthy scrape of a live node (nearly all of them) touches the node in one statement; a
+        # fault or a node coming back from `unknown` takes the full path under the node's row lock.
+        fresh = not faulty and connection.vendor in ("sqlite", "postgresql")
+        if fresh:
+            state = _node_touch(node, now)
+            if state is None:
+                raise Node.DoesNotExist(f"Node {node.pk} does not exist.")
+            fresh = state != NodeState.UNKNOWN
+        if not fresh:
+            node = Node.objects.select_for_update().get(pk=node.pk)
+        gpus = _node_gpus(node) if fresh else list(Gpu.objects.filter(node=node))
         matched = match_gpus(node, readings, gpus)
         outcome = DcgmOutcome(readings=readings, matched=matched)
         rows = [_row(r, g) for r, g in zip(readings, matched, strict=True) if g is not None]
         outcome.stored = readings_store(rows=rows, source=EventSource.DCGM, now=now)
-        node_seen(node=node, now=now)
-        signals = dcgm_signals(node, readings, matched)
+        if not fresh:
+            node_seen(node=node, now=now)
+        signals = dcgm_signals(node, readings, matched) if faulty else []
         if signals:
             outcome.signals = signals_apply(node=node, signals=signals, source=EventSource.DCGM, actor=actor, now=now,
                                             gpus={g.uuid: g for g in gpus})
