@@ -83,7 +83,11 @@ class Fixture:
     node_gpus: int = 8
     unit_ms: int = 100  # fixture milliseconds per simulated second
     tick_ms: int = 100  # fixture milliseconds between ticks
-    preemption: bool = True
+    # Kueue's queues preempt lower priorities *within the queue* (withinClusterQueue:
+    # LowerPriority); Fleetdeck's may_preempt reaches lower priorities anywhere in the fleet, a
+    # broader rule, so it is off by default. Reclaiming nominal quota from borrowers in the
+    # cohort (Kueue's reclaimWithinCohort) is always on in Fleetdeck.
+    preemption: bool = False
 
     @property
     def queues(self) -> list[tuple[str, str]]:
@@ -350,6 +354,7 @@ class Outcome:
     preemptions: int
     requeues: int
     phases_ms: dict[str, float]
+    cpu_s: float = 0.0  # this process only (PostgreSQL's own work is not in it)
 
 
 def simulate(fx: Fixture, *, submit: str = "bulk", max_ticks: int | None = None) -> Outcome:
@@ -377,7 +382,7 @@ def simulate(fx: Fixture, *, submit: str = "bulk", max_ticks: int | None = None)
     _set_round_trigger(lambda: None)
     submitted = finished = admitted = ticks = slow = 0
     submit_s = tick_s = round_s = max_tick = 0.0
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     try:
         tick = 0
         while True:
@@ -404,8 +409,10 @@ def simulate(fx: Fixture, *, submit: str = "bulk", max_ticks: int | None = None)
     finally:
         dj_timezone.now = real_now
         _set_round_trigger(real_trigger)
-    wall = time.perf_counter() - started
-    return _measure(fx, total, ticks, wall, submit_s, tick_s, round_s, slow, max_tick, admitted)
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    out = _measure(fx, total, ticks, wall, submit_s, tick_s, round_s, slow, max_tick, admitted)
+    out.cpu_s = cpu
+    return out
 
 
 def _round_trigger():
@@ -481,7 +488,8 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float) -> str:
         f"{fx.borrowing_limit}), {fx.capacity} GPUs = {fx.capacity // fx.node_gpus} nodes x {fx.node_gpus}; "
         f"{out.workloads:,} workloads (" + ", ".join(f"{c.count} {c.name}" for c in fx.classes) + " per queue)",
         f"path: PostgreSQL, {submit} submission, executor_tick + placement_round_run every {fx.tick_ms} ms of "
-        f"fixture time (1 simulated s = {fx.unit_ms} ms); preemption {'on' if fx.preemption else 'off'}; "
+        f"fixture time (1 simulated s = {fx.unit_ms} ms); preemption: "
+        f"{'priority (fleet-wide) + cohort reclaim' if fx.preemption else 'cohort reclaim only'}; "
         f"set-up (scratch DB, migrate, fleet) {setup_s:.1f} s, not counted",
         "",
         f"    {'':34} {'Fleetdeck':>12} {'Kueue baseline':>15}",
@@ -504,6 +512,8 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float) -> str:
         f"{out.round_s:.1f} s (rounds: load {out.phases_ms['load'] / 1e3:.1f} s, core "
         f"{out.phases_ms['compute'] / 1e3:.1f} s, commit {out.phases_ms['commit'] / 1e3:.1f} s, follow-up "
         f"{out.phases_ms['followup'] / 1e3:.1f} s)",
+        f"    CPU of this process {out.cpu_s:.1f} s of the {out.wall_s:.1f} s wall (the rest: PostgreSQL, "
+        "commits, other processes on the machine)",
         f"    real-time check: {out.slow_ticks} of {out.ticks} ticks took longer than the {fx.tick_ms} ms they "
         f"stand for (slowest {out.max_tick_ms:.0f} ms)",
         "    (Kueue: averages of its 5 reference runs in rangespec.yaml, real time in envtest; here the clock "
@@ -523,11 +533,15 @@ def main(argv: list[str] | None = None) -> int:
         help="bulk: one insert per tick writing workload_submit's rows; service: workload_submit each",
     )
     ap.add_argument("--node-gpus", type=int, default=8)
-    ap.add_argument("--no-preemption", action="store_true", help="no priority preemption (cohort reclaim stays)")
+    ap.add_argument(
+        "--priority-preemption",
+        action="store_true",
+        help="every class may preempt lower priorities fleet-wide (default: only cohort reclaim)",
+    )
     ap.add_argument("--profile", metavar="FILE", help="write cProfile stats of the run to FILE and print the top")
     ap.add_argument("--keep", action="store_true", help="keep the scratch database for inspection")
     args = ap.parse_args(argv)
-    fx = Fixture(node_gpus=args.node_gpus, preemption=not args.no_preemption)
+    fx = Fixture(node_gpus=args.node_gpus, preemption=args.priority_preemption)
     scale = args.scale
     if args.workloads is not None:
         if args.workloads < len(fx.queues) * len(fx.classes):

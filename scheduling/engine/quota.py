@@ -30,6 +30,18 @@ class QuotaBook:
             cohort = queues[name].cohort
             if cohort:
                 self.cohorts.setdefault(cohort, []).append(name)
+        # Per (cohort, flavor): the sum over its queues of lendable - borrowed, kept current by
+        # add(), so cohort_room is O(1) instead of a walk over the cohort for every check.
+        self._pool: dict[tuple[str, str], int] = {}
+
+    def _pool_of(self, cohort: str, flavor: str) -> int:
+        key = (cohort, flavor)
+        if key not in self._pool:
+            self._pool[key] = sum(self._net(q, flavor) for q in self.cohorts.get(cohort, ()))
+        return self._pool[key]
+
+    def _net(self, queue: str, flavor: str) -> int:
+        return self.lendable(queue, flavor) - self.borrowed(queue, flavor)
 
     def quota(self, queue: str, flavor: str) -> Quota | None:
         q = self.queues.get(queue)
@@ -40,8 +52,16 @@ class QuotaBook:
 
     def add(self, queue: str, request: dict[str, int], sign: int = 1) -> None:
         use = self.usage.setdefault(queue, {})
+        q = self.queues.get(queue)
+        cohort = q.cohort if q is not None else None
         for flavor, gpus in request.items():
+            key = (cohort, flavor)
+            tracked = cohort is not None and key in self._pool
+            if tracked:
+                self._pool[key] -= self._net(queue, flavor)
             use[flavor] = use.get(flavor, 0) + sign * gpus
+            if tracked:
+                self._pool[key] += self._net(queue, flavor)
 
     def share(self, queue: str) -> float:
         """Dominant share: the largest usage/nominal over the queue's flavors."""
@@ -83,11 +103,7 @@ class QuotaBook:
         cohort = self.queues[queue].cohort
         if not cohort:
             return 0
-        room = 0
-        for other in self.cohorts.get(cohort, ()):
-            if other != queue:
-                room += self.lendable(other, flavor) - self.borrowed(other, flavor)
-        return room
+        return self._pool_of(cohort, flavor) - self._net(queue, flavor)
 
     def check(self, queue: str, request: dict[str, int]) -> QuotaVerdict:
         """Does the request fit the queue's quota, borrowing from the cohort if needed?"""

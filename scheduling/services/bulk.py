@@ -36,6 +36,9 @@ def rows_update(
         return len(objs)
     table = model._meta.db_table
     columns = [model._meta.get_field(name) for name in fields]
+    types = [col.db_type(connection) for col in columns]
+    if "jsonb" not in types:
+        return _rows_update_unnest(table, columns, types, rows, extra_where, extra_params)
     casts = [f"{connection.ops.quote_name('v' + str(i))}::{col.db_type(connection)}" for i, col in enumerate(columns)]
     sets = ", ".join(
         f"{connection.ops.quote_name(col.column)} = {cast}" for col, cast in zip(columns, casts, strict=True)
@@ -59,6 +62,24 @@ def rows_update(
             cursor.execute(sql, params + list(extra_params))
             updated += cursor.rowcount
     return updated
+
+
+def _rows_update_unnest(table, columns, types, rows, extra_where, extra_params) -> int:
+    """One UPDATE ... FROM unnest(arrays): one bound value per column however many rows, so
+    neither the client nor the server parses a statement that grows with the row count."""
+    quote = connection.ops.quote_name
+    sets = ", ".join(f"{quote(col.column)} = v.v{i}" for i, col in enumerate(columns))
+    aliases = ", ".join(["id"] + [f"v{i}" for i in range(len(columns))])
+    casts = ", ".join(["%s::bigint[]"] + [f"%s::{t}[]" for t in types])
+    items = list(rows.items())
+    arrays = [[pk for pk, _ in items]] + [[values[i] for _, values in items] for i in range(len(columns))]
+    sql = (
+        f"UPDATE {quote(table)} AS t SET {sets} FROM unnest({casts}) AS v({aliases}) "
+        f"WHERE t.id = v.id {('AND ' + extra_where) if extra_where else ''}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, arrays + list(extra_params))
+        return cursor.rowcount
 
 
 def by_ids(queryset: models.QuerySet, ids: Sequence[int]) -> list[models.QuerySet]:

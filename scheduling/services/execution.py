@@ -21,9 +21,16 @@ from scheduling.executors import ExecutorReport, ReplicaAssignment, StopRequest,
 from scheduling.models import Allocation, Preemption, Workload
 
 from .allocation import chunked
-from .bulk import rows_update
+from .bulk import by_ids, rows_update
 from .transitions import transitions_record_bulk, workload_transition
-from .workloads import workload_finish, workload_heartbeat, workload_preemption_finish, workload_stop_gang
+from .workloads import (
+    Finish,
+    workload_finish,
+    workload_heartbeat,
+    workload_preemption_finish,
+    workload_stop_gang,
+    workloads_finish,
+)
 
 log = logging.getLogger(__name__)
 EXECUTOR_ACTOR = Actor.automation("executor")
@@ -156,12 +163,62 @@ def executor_tick(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None)
             log.exception("executor %s poll failed", kind)
             continue
         workloads = {w.pk: w for w in group}
+        finishes: list[Finish] = []
+        progress: dict[int, int] = {}
         for report in reports:
-            if report.workload_id in workloads:
-                _apply(report, workloads[report.workload_id], actor, now, summary)
+            workload = workloads.get(report.workload_id)
+            if workload is None:
+                continue
+            # The common cases, a job ending by itself and a plain progress step, are applied
+            # in bulk below: one transaction for the whole tick instead of one per job.
+            if report.finished and not report.stopped:
+                finishes.append(
+                    Finish(
+                        workload=workload,
+                        succeeded=report.finished == "succeeded",
+                        reason=report.message or f"job {report.finished}",
+                        step=report.step,
+                    )
+                )
+            elif _progress_only(report, workload):
+                progress[workload.pk] = report.step
+            else:
+                _apply(report, workload, actor, now, summary)
+        summary.finished += len(workloads_finish(finishes=finishes, actor=actor, now=now))
+        summary.progressed += _progress_record(progress, now)
     summary.hard_stops = preemption_deadlines_enforce(actor=actor, now=now)
     summary.time_limited = time_limits_enforce(actor=actor, now=now)
     return summary
+
+
+def _progress_only(report: ExecutorReport, workload: Workload) -> bool:
+    """A report that only moves a running job's step (what workload_heartbeat would record)."""
+    return (
+        not report.stopped
+        and not report.running
+        and report.checkpoint_at is None
+        and report.step is not None
+        and report.step >= 0
+        and workload.state in (WorkloadState.RUNNING, WorkloadState.PREEMPTING)
+        and report.step != workload.progress_step
+    )
+
+
+def _progress_record(steps: dict[int, int], now: datetime) -> int:
+    """Record many progress steps at once, for workloads still running (or stopping)."""
+    if not steps:
+        return 0
+    live = (WorkloadState.RUNNING, WorkloadState.PREEMPTING)
+    with transaction.atomic():
+        ids: list[int] = []
+        for part in by_ids(Workload.objects.filter(state__in=live).select_for_update(), sorted(steps)):
+            ids.extend(part.values_list("pk", flat=True))
+        return rows_update(
+            model=Workload,
+            fields=["progress_step", "last_progress_at"],
+            rows={pk: (steps[pk], now) for pk in ids},
+            extra_where="t.state IN ('running', 'preempting')",
+        )
 
 
 def _apply(report: ExecutorReport, workload: Workload, actor: Actor, now: datetime, summary: TickSummary) -> None:

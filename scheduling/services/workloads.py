@@ -17,14 +17,15 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from core.actors import Actor
-from core.audit import audit_record
+from core.audit import audit_record, audit_record_many
 from core.roles import may_act_for_team
 from scheduling.choices import ACTIVE_STATES, FINAL_STATES, WorkloadState
 from scheduling.models import Allocation, PodSet, Preemption, Workload
 
 from .allocation import allocations_release
+from .bulk import by_ids, rows_update
 from .specs import parse_spec
-from .transitions import workload_transition
+from .transitions import transitions_record_bulk, workload_transition
 
 log = logging.getLogger(__name__)
 CLOCK_SKEW = timedelta(minutes=2)
@@ -222,6 +223,70 @@ def workload_finish(
         )
         round_trigger_on_commit()
     return True
+
+
+@dataclass(frozen=True)
+class Finish:
+    """One gang that ended by itself, for workloads_finish."""
+
+    workload: Workload
+    succeeded: bool
+    reason: str
+    step: int | None = None
+
+
+def workloads_finish(*, finishes: list[Finish], actor: Actor, now: datetime | None = None) -> list[int]:
+    """workload_finish for many gangs in one transaction, with the same rows (transitions,
+    audit events, released allocations, closed preemptions): an executor tick ends hundreds of
+    jobs at once, and one commit per job dominated it. Returns the ids finished; gangs that had
+    already left are skipped."""
+    if not finishes:
+        return []
+    now = now or timezone.now()
+    wanted = {f.workload.pk: f for f in finishes}
+    with transaction.atomic():
+        before: dict[int, str] = {}
+        for part in by_ids(Workload.objects.filter(state__in=ACTIVE_STATES).select_for_update(), sorted(wanted)):
+            before.update(part.values_list("pk", "state"))
+        ids = sorted(before)
+        if not ids:
+            return []
+        allocations_release(workload_ids=ids, now=now)
+        for start in range(0, len(ids), 5000):
+            Preemption.objects.filter(victim_id__in=ids[start : start + 5000], completed_at__isnull=True).update(
+                completed_at=now, lost_gpu_seconds=0.0
+            )
+        groups: dict[tuple[str, str], list[int]] = {}
+        for pk in ids:
+            f = wanted[pk]
+            to_state = WorkloadState.SUCCEEDED if f.succeeded else WorkloadState.FAILED
+            groups.setdefault((to_state, f.reason), []).append(pk)
+        for with_step in (True, False):
+            fields = ["state", "finished_at"] + (["progress_step"] if with_step else [])
+            rows = {
+                pk: (WorkloadState.SUCCEEDED if wanted[pk].succeeded else WorkloadState.FAILED, now)
+                + ((wanted[pk].step,) if with_step else ())
+                for pk in ids
+                if (wanted[pk].step is not None) == with_step
+            }
+            rows_update(model=Workload, fields=fields, rows=rows)
+        for (to_state, reason), pks in groups.items():
+            transitions_record_bulk(
+                changes=[(pk, before[pk]) for pk in pks], to_state=to_state, reason=reason, actor=actor
+            )
+            for pk in pks:
+                wanted[pk].workload.state = to_state
+                wanted[pk].workload.finished_at = now
+                if wanted[pk].step is not None:
+                    wanted[pk].workload.progress_step = wanted[pk].step
+            audit_record_many(
+                actor=actor,
+                verb=f"workload.{to_state}",
+                reason=reason,
+                entries=[(wanted[pk].workload, {"state": before[pk]}, {"state": to_state}) for pk in pks],
+            )
+        round_trigger_on_commit()
+    return ids
 
 
 @dataclass(frozen=True)

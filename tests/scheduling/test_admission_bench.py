@@ -1,0 +1,182 @@
+"""The bulk paths the admission benchmark exercises write what the one-at-a-time services write,
+and the benchmark's loop drives a small Kueue-shaped fixture to the end."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from core.actors import Actor
+from core.models import AuditEvent
+from scheduling.bench_admission import (
+    FLAVOR,
+    BulkSubmitter,
+    Fixture,
+    WorkloadClass,
+    fixture_load,
+    simulate,
+    submit_service,
+)
+from scheduling.choices import WorkloadState
+from scheduling.engine.quota import QuotaBook
+from scheduling.engine.types import QueueView, Quota
+from scheduling.models import Allocation, PodSet, Workload, WorkloadTransition
+from scheduling.services import executor_tick, workload_finish, workload_submit
+from scheduling.services.bulk import rows_update
+from scheduling.services.workloads import Finish, workloads_finish
+
+from .conftest import run_round, training
+
+EXECUTOR = Actor.automation("executor")
+
+
+def _trail(w: Workload) -> dict:
+    w.refresh_from_db()
+    return {
+        "state": w.state,
+        "finished_at": w.finished_at,
+        "progress_step": w.progress_step,
+        "held": Allocation.objects.filter(workload=w, released_at__isnull=True).count(),
+        "released": sorted(Allocation.objects.filter(workload=w).values_list("released_at", flat=True)),
+        "transitions": list(
+            WorkloadTransition.objects.filter(workload=w).order_by("id").values_list("from_state", "to_state", "reason")
+        ),
+        "audit": list(
+            AuditEvent.objects.for_target(w)
+            .order_by("id")
+            .values_list("actor", "verb", "target_repr", "reason", "before", "after")
+        ),
+    }
+
+
+def test_workloads_finish_writes_what_workload_finish_writes(research_queue, clock):
+    a = workload_submit(spec=training("a", 8), actor=EXECUTOR)
+    b = workload_submit(spec=training("a", 8), actor=EXECUTOR)  # same name: the trails compare whole
+    run_round(clock)
+    clock.advance(30)
+
+    assert workload_finish(workload=a, succeeded=False, reason="exit 3", actor=EXECUTOR, now=clock.now, step=7)
+    done = workloads_finish(
+        finishes=[Finish(workload=b, succeeded=False, reason="exit 3", step=7)], actor=EXECUTOR, now=clock.now
+    )
+
+    assert done == [b.pk]
+    trail = _trail(a)
+    assert trail["state"] == WorkloadState.FAILED and trail["held"] == 0
+    assert _trail(b) == trail
+    # A gang that already left is skipped, as workload_finish returns False for it.
+    assert workloads_finish(finishes=[Finish(workload=b, succeeded=True, reason="again")], actor=EXECUTOR) == []
+
+
+def test_an_executor_tick_ends_many_jobs_and_records_progress_in_bulk(research_queue, clock):
+    short = [workload_submit(spec=training(f"s{i}", 8, run_seconds=60), actor=EXECUTOR) for i in range(3)]
+    long = workload_submit(spec=training("long", 8, run_seconds=600), actor=EXECUTOR)
+    run_round(clock)
+    clock.advance(60)
+
+    summary = executor_tick(now=clock.now)
+
+    assert (summary.finished, summary.progressed) == (3, 1)
+    for w in short:
+        trail = _trail(w)
+        assert (trail["state"], trail["progress_step"], trail["held"]) == (WorkloadState.SUCCEEDED, 60, 0)
+        assert trail["transitions"][-1] == (WorkloadState.RUNNING, WorkloadState.SUCCEEDED, "run complete")
+        assert trail["audit"][-1][1:] == (
+            "workload.succeeded",
+            w.name,
+            "run complete",
+            {"state": "running"},
+            {"state": "succeeded"},
+        )
+    long.refresh_from_db()
+    assert (long.state, long.progress_step, long.last_progress_at) == (WorkloadState.RUNNING, 60, clock.now)
+
+
+def test_rows_update_sets_each_row_its_own_values(research_queue, clock):
+    ws = [workload_submit(spec=training(f"w{i}", 8), actor=EXECUTOR) for i in range(3)]
+    rows = {w.pk: (f"reason {i}", None if i == 1 else i + 1) for i, w in enumerate(ws)}
+
+    assert rows_update(model=Workload, fields=["pending_reason", "queue_position"], rows=rows) == 3
+
+    got = dict(
+        (pk, (reason, pos))
+        for pk, reason, pos in Workload.objects.values_list("pk", "pending_reason", "queue_position")
+    )
+    assert got == rows
+
+
+def test_cohort_room_kept_incrementally_matches_a_walk_over_the_cohort():
+    rng = random.Random(7)
+    queues = {
+        f"q{i}": QueueView(
+            f"q{i}",
+            f"t{i}",
+            "c" if i < 4 else None,
+            {"f": Quota(10, borrowing_limit=rng.choice([None, 5]), lending_limit=rng.choice([None, 4, 10]))},
+            usage={"f": rng.randint(0, 14)},
+        )
+        for i in range(5)
+    }
+    book = QuotaBook(queues)
+
+    def walked(queue: str) -> int:
+        return sum(book.lendable(o, "f") - book.borrowed(o, "f") for o in book.cohorts.get("c", ()) if o != queue)
+
+    for _ in range(300):
+        queue = rng.choice(sorted(queues))
+        if rng.random() < 0.5:
+            book.add(queue, {"f": rng.randint(1, 6)}, rng.choice([1, -1]))
+        if queues[queue].cohort:
+            assert book.cohort_room(queue, "f") == walked(queue)
+
+
+SMALL = Fixture(
+    classes=(
+        WorkloadClass("small", gpus=1, runtime_ms=200, priority=50, interval_ms=100, count=6),
+        WorkloadClass("large", gpus=20, runtime_ms=1000, priority=200, interval_ms=500, count=2),
+    ),
+    cohorts=2,
+    queues_per_cohort=2,
+)
+
+
+def test_the_bulk_submission_writes_the_rows_workload_submit_writes(db, clock):
+    fixture_load(SMALL)
+    spec = SMALL.arrivals(FLAVOR)[5][-1]
+    assert spec["name"].startswith("large") and len(spec["pod_sets"]) == 3  # 20 GPUs on 8-GPU nodes: 8 + 8 + 4
+    client = Actor.automation("bench-client")
+
+    submit_service([spec], client, clock.now)
+    BulkSubmitter()([spec], client, clock.now)
+
+    a, b = Workload.objects.order_by("id")
+    skip = {"id", "_state"}
+    assert {k: v for k, v in vars(a).items() if k not in skip} == {k: v for k, v in vars(b).items() if k not in skip}
+    pod_sets = [list(PodSet.objects.filter(workload=w).order_by("id").values()) for w in (a, b)]
+    for ps in pod_sets:
+        for row in ps:
+            row.pop("id"), row.pop("workload_id")
+    assert pod_sets[0] == pod_sets[1] and [p["gpus_per_replica"] for p in pod_sets[0]] == [8, 8, 4]
+    trails = [
+        list(WorkloadTransition.objects.filter(workload=w).values_list("from_state", "to_state", "reason", "actor"))
+        for w in (a, b)
+    ]
+    assert trails[0] == trails[1]
+    audits = [list(AuditEvent.objects.for_target(w).values_list("actor", "verb", "after")) for w in (a, b)]
+    assert audits[0] == audits[1] == [("automation:bench-client", "workload.submit", {"spec": spec})]
+
+
+@pytest.mark.parametrize("submit", ["bulk", "service"])
+def test_the_benchmark_loop_runs_a_small_fixture_to_the_end(db, submit):
+    fixture_load(SMALL)
+
+    out = simulate(SMALL, submit=submit)
+
+    assert out.workloads == SMALL.total == 32
+    assert out.succeeded == 32 and out.admitted >= 32
+    assert set(out.time_to_admission_s) == {"small", "large"}
+    assert all(v >= 0 for v in out.time_to_admission_s.values())
+    # 80 GPUs; 4 large gangs of 20 arrive together at 500 ms: each waits at most for the others.
+    assert 0 < out.usage_pct <= 100 and out.sim_end_s >= 2.0
+    assert not Workload.objects.exclude(state=WorkloadState.SUCCEEDED).exists()
