@@ -106,7 +106,8 @@ class TypicalMix:
     differ only in CPU between two request thresholds share an entry.
     """
 
-    def __init__(self, shapes: Iterable[tuple[Demand, int]], *, count_inaccessible: bool = True) -> None:
+    def __init__(self, shapes: Iterable[tuple[Demand, int]], *, count_inaccessible: bool = True,
+                 pack_shares: bool = False) -> None:
         self.entries: tuple[tuple[Demand, int], ...] = tuple((d, int(n)) for d, n in shapes if n > 0)
         if not self.entries:
             raise ValueError("a typical mix needs at least one shape with a positive count")
@@ -115,11 +116,19 @@ class TypicalMix:
         # model. That makes scarce models look like cheap places for anyone; without it a
         # node is judged only by the shapes that could actually run there.
         self.count_inaccessible = count_inaccessible
+        # FGD asks whether *one* pod of a shape fits. Shares of a GPU arrive many at a time,
+        # so with pack_shares a share shape counts as usable only what repeated copies of it
+        # can take: whole multiples of its size on each GPU, as many as the node's CPU allows.
+        self.pack_shares = pack_shares
         self._views: dict[str, _ModelView] = {}
 
     def without_inaccessible(self) -> TypicalMix:
         """The same shapes, judging each node only by the shapes allowed on its GPU model."""
-        return TypicalMix(self.entries, count_inaccessible=False)
+        return TypicalMix(self.entries, count_inaccessible=False, pack_shares=self.pack_shares)
+
+    def packing_shares(self) -> TypicalMix:
+        """The same shapes, counting what repeated copies of each share shape can use."""
+        return TypicalMix(self.entries, count_inaccessible=self.count_inaccessible, pack_shares=True)
 
     @classmethod
     def from_history(cls, requests: Iterable[Demand], coverage: float = 0.95) -> TypicalMix:
@@ -185,8 +194,8 @@ class TypicalMix:
     def weighted_sorted(self, model: str, cpu: int, gpus_desc: tuple[int, ...]) -> int:
         """Hot-path form of `fragmentation_weighted`: free GPUs already sorted, largest first."""
         view = self._view(model)
-        step = bisect_right(view.cpu_steps, cpu)
-        key = (step, gpus_desc)
+        # Without pack_shares only the CPU thresholds crossed matter, so nearby CPU values share an entry.
+        key = (cpu if self.pack_shares else bisect_right(view.cpu_steps, cpu), gpus_desc)
         hit = view.memo.get(key)
         if hit is not None:
             return hit
@@ -194,6 +203,12 @@ class TypicalMix:
         frag = view.constant * total
         if total:
             for s in view.shapes:
+                if self.pack_shares and s.gpu_count == 1 and s.gpu_milli < WHOLE:
+                    copies = sum(g // s.gpu_milli for g in gpus_desc)
+                    if s.cpu_milli:
+                        copies = min(copies, cpu // s.cpu_milli)
+                    frag += s.count * (total - copies * s.gpu_milli)
+                    continue
                 usable = 0
                 sliver = 0
                 for g in gpus_desc:

@@ -248,9 +248,12 @@ class FgdPolicy(FragmentationPolicy):
 class FleetdeckPolicy(FragmentationPolicy):
     """Ours: FGD's expected-fragmentation objective, made aware of GPU-model scarcity.
 
-    Three changes to FGD, each measured on the openb replay (bench/replay_openb.py):
+    Four changes to FGD, each measured on the openb replay (bench/replay_openb.py):
     - a node is judged only by the typical shapes allowed on its GPU model (FGD also counts
       shapes that can never run there, which makes rare models look cheap to fill);
+    - a share shape counts as usable only what repeated copies of it can take (whole
+      multiples of its size per GPU, as many as the node's CPU allows), so leftovers like
+      the 60 milli after two 470s and CPU that runs out before the GPUs do are fragments;
     - a placement pays for the pressure on its GPU model (constrained demand per GPU,
       relative to the fleet), so flexible pods leave scarce models to the pods that need them;
     - the change is ranked on a linear scale in steps of STEP milli-GPU instead of FGD's
@@ -263,7 +266,7 @@ class FleetdeckPolicy(FragmentationPolicy):
     PRESSURE_WEIGHT = 1.0
 
     def __init__(self, cluster: Cluster, *, seed: int, mix: TypicalMix) -> None:
-        super().__init__(cluster, seed=seed, mix=mix.without_inaccessible())
+        super().__init__(cluster, seed=seed, mix=mix.without_inaccessible().packing_shares())
         capacity: dict[str, int] = {}
         for node in cluster.gpu_nodes:
             capacity[node.model] = capacity.get(node.model, 0) + node.gpu_count

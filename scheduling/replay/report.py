@@ -37,7 +37,7 @@ def summary_table(results: Sequence[RunResult], published: Mapping[str, float] |
     head = "| policy | seeds | unallocated GPU % at 100 % (median) | min–max | failed pods (median) | seconds/run |"
     rule = "|---|---|---|---|---|---|"
     if published is not None:
-        head = head[:-1] + " published median |"
+        head += " published median |"
         rule += "---|"
     lines = [head, rule]
     for policy, runs in by_policy(results).items():

@@ -112,3 +112,16 @@ def test_model_pressure_is_constrained_demand_share_over_capacity_share():
     pressure = mix.model_pressure({"T4": 100, "G2": 300})
     assert pressure == {"T4": pytest.approx((1 / 4) / (100 / 400)), "G2": 0.0}
     assert TypicalMix([(WHOLE_GPU, 1)]).model_pressure({"G2": 8}) == {"G2": 0.0}
+
+
+def test_packing_shares_counts_leftovers_of_repeated_copies_and_cpu_limits():
+    share = Demand(cpu_milli=4000, gpu_count=1, gpu_milli=470)
+    fgd_view = TypicalMix([(share, 1)])
+    packing = fgd_view.packing_shares()
+    empty = NodeFree(64_000, (1000,), "G2")
+    assert fgd_view.fragmentation(empty) == 0  # one 470 fits, FGD sees no fragment
+    assert packing.fragmentation(empty) == 60  # two 470s leave 60 milli nobody of this shape can use
+    cpu_short = NodeFree(4_000, (1000, 1000), "G2")  # CPU for one copy only
+    assert fgd_view.fragmentation(cpu_short) == 0
+    assert packing.fragmentation(cpu_short) == 2000 - 470
+    assert packing.without_inaccessible().pack_shares and not packing.without_inaccessible().count_inaccessible
