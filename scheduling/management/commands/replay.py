@@ -15,7 +15,7 @@ class Command(BaseCommand):
     help = (
         "Replay the Alibaba openb trace (FGD paper protocol): sample pods up to --arrival x fleet GPU "
         "capacity (or replay --arrivals), place them one by one with each policy and seed, write the "
-        "placements as JSON lines and print unallocated GPU % at 100 %% arrival."
+        "placements as JSON lines and print unallocated GPU % at 100 % arrival."
     )
     requires_system_checks: list[str] = []  # pure computation: no database, no app checks
     requires_migrations_checks = False
