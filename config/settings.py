@@ -127,6 +127,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Inventory, scheduling and health of a GPU fleet.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and its docs page describe every endpoint: like the rest of the API, not for anonymous eyes.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     # Swagger UI from the installed sidecar package, never a CDN (air-gapped fleets).
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -137,6 +139,9 @@ SPECTACULAR_SETTINGS = {
         "GpuHealthEnum": "fleet.choices.GpuHealth",
         "SharingModeEnum": "fleet.choices.SharingMode",
         "ExecutorKindEnum": "fleet.choices.ExecutorKind",
+        "WorkloadStateEnum": "scheduling.choices.WorkloadState",
+        "QuotaRequestStateEnum": "scheduling.choices.QuotaRequestState",
+        "TicketStateEnum": "health.choices.TicketState",
     },
 }
 
