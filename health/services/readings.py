@@ -67,19 +67,29 @@ _MINUTE_COLUMNS = ["gpu_id", "minute", "sm_active", "fb_used_mib", "temperature_
 _ROWS_PER_STATEMENT = 500  # 18 parameters a row stays under SQLite's 32,766 and PostgreSQL's 65,535
 
 
-@functools.lru_cache(maxsize=256)
-def _insert_sql(vendor: str, table: str, count: int, update: bool) -> str:
+def _conflict(update: bool) -> str:
     quote = connection.ops.quote_name
-    if update:
-        columns = _LATEST_COLUMNS
-        conflict = (f"({quote('gpu_id')}, {quote('mig_instance_id')}) DO UPDATE SET "
-                    + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in _LATEST_FIELDS))
+    if not update:
+        return f"({quote('gpu_id')}, {quote('minute')}) DO NOTHING"
+    return (f"({quote('gpu_id')}, {quote('mig_instance_id')}) DO UPDATE SET "
+            + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in _LATEST_FIELDS))
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_sql(vendor: str, count: int, update: bool) -> str:
+    """INSERT ... VALUES (...) x count ... ON CONFLICT; on PostgreSQL (count 0) INSERT ... unnest(arrays),
+    one bound array per column: psycopg neither re-parses nor caches statements with over 50 values."""
+    quote = connection.ops.quote_name
+    model, columns = (GpuReading, _LATEST_COLUMNS) if update else (GpuReadingMinute, _MINUTE_COLUMNS)
+    names = ", ".join(quote(c) for c in columns)
+    if vendor == "postgresql":
+        fields = {f.column: f for f in model._meta.concrete_fields}
+        casts = ", ".join(f"%s::{fields[c].db_type(connection)}[]" for c in columns)
+        values = f"SELECT * FROM unnest({casts})"
     else:
-        columns = _MINUTE_COLUMNS
-        conflict = f"({quote('gpu_id')}, {quote('minute')}) DO NOTHING"
-    row = "(" + ", ".join(["%s"] * len(columns)) + ")"
-    return (f"INSERT INTO {quote(table)} ({', '.join(quote(c) for c in columns)}) VALUES "
-            f"{', '.join([row] * count)} ON CONFLICT {conflict}")
+        row = "(" + ", ".join(["%s"] * len(columns)) + ")"
+        values = "VALUES " + ", ".join([row] * count)
+    return f"INSERT INTO {quote(model._meta.db_table)} ({names}) {values} ON CONFLICT {_conflict(update)}"
 
 
 def _upsert_sql(rows: Sequence[ReadingRow], source: str, now: datetime, minute: datetime) -> None:
@@ -87,31 +97,29 @@ def _upsert_sql(rows: Sequence[ReadingRow], source: str, now: datetime, minute: 
     at = connection.ops.adapt_datetimefield_value(now)
     minute_value = connection.ops.adapt_datetimefield_value(minute)
     # PostgreSQL refuses to update one row twice in a statement; the last reading of a GPU wins.
-    latest = list({(r.gpu_id, r.mig_instance_id): r for r in rows}.values())
-    history: list = []
+    latest = [
+        (r.gpu_id, r.mig_instance_id, r.mig_profile, at, source, r.sm_active, r.gpu_util, r.fb_used_mib,
+         r.fb_free_mib, r.temperature_c, r.power_w, r.ecc_dbe_volatile, r.row_remap_failure, r.row_remap_pending,
+         r.xid_last, r.health_status, r.pod[:253], r.namespace[:253])
+        for r in {(r.gpu_id, r.mig_instance_id): r for r in rows}.values()
+    ]
+    history = []
     seen: set[int] = set()
     for r in rows:
         if r.mig_instance_id == WHOLE_GPU and r.gpu_id not in seen:
-            seen.add(r.gpu_id)
-            history += (r.gpu_id, minute_value, r.sm_active, r.fb_used_mib, r.temperature_c, r.power_w)
-    with connection.cursor() as cursor:
-        for start in range(0, len(latest), _ROWS_PER_STATEMENT):
-            chunk = latest[start:start + _ROWS_PER_STATEMENT]
-            params: list = []
-            for r in chunk:
-                params += (r.gpu_id, r.mig_instance_id, r.mig_profile, at, source, r.sm_active, r.gpu_util,
-                           r.fb_used_mib, r.fb_free_mib, r.temperature_c, r.power_w, r.ecc_dbe_volatile,
-                           r.row_remap_failure, r.row_remap_pending, r.xid_last, r.health_status, r.pod[:253],
-                           r.namespace[:253])
-            cursor.execute(_insert_sql(vendor, GpuReading._meta.db_table, len(chunk), True), params)
-        step = _ROWS_PER_STATEMENT * len(_MINUTE_COLUMNS)
-        for start in range(0, len(history), step):
             # The first reading of a minute wins: a 15 s scrape leaves one history row per minute.
-            chunk = history[start:start + step]
-            cursor.execute(
-                _insert_sql(vendor, GpuReadingMinute._meta.db_table, len(chunk) // len(_MINUTE_COLUMNS), False),
-                chunk,
-            )
+            seen.add(r.gpu_id)
+            history.append((r.gpu_id, minute_value, r.sm_active, r.fb_used_mib, r.temperature_c, r.power_w))
+    with connection.cursor() as cursor:
+        for update, values in ((True, latest), (False, history)):
+            if not values:
+                continue
+            if vendor == "postgresql":
+                cursor.execute(_insert_sql(vendor, 0, update), [list(column) for column in zip(*values, strict=True)])
+                continue
+            for start in range(0, len(values), _ROWS_PER_STATEMENT):
+                chunk = values[start:start + _ROWS_PER_STATEMENT]
+                cursor.execute(_insert_sql(vendor, len(chunk), update), [v for row in chunk for v in row])
 
 
 def _upsert_orm(rows: Sequence[ReadingRow], source: str, now: datetime, minute: datetime) -> None:
