@@ -1,6 +1,17 @@
-from django.contrib import admin
+"""The audit log in the admin, and the base class that makes admin edits audited like any other change."""
+from __future__ import annotations
 
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db import models
+
+from .actors import Actor
+from .audit import audit_record
 from .models import AuditEvent
+
+ADMIN_DELETE_REASON = "deleted in the admin"
 
 
 @admin.register(AuditEvent)
@@ -15,3 +26,73 @@ class AuditEventAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+
+class AuditReasonForm(forms.ModelForm):
+    """An admin form that asks why: the answer goes to the audit log with the change."""
+
+    audit_reason = forms.CharField(
+        label="Reason for this change", max_length=500, strip=True,
+        help_text="Recorded in the audit log with your name and the changed fields.",
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, models.Model):
+        return value.pk
+    if isinstance(value, models.QuerySet | list | tuple | set):
+        return [_jsonable(v) for v in value]
+    return value if isinstance(value, str | int | float | bool | dict | type(None)) else str(value)
+
+
+def _changes(form: forms.ModelForm) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(before, after) of the fields the form changed; `initial` holds the row as it was loaded."""
+    names = [n for n in form.changed_data if n in form.cleaned_data and n != "audit_reason"]
+    before = {n: _jsonable(form.initial.get(n)) for n in names}
+    after = {n: _jsonable(form.cleaned_data[n]) for n in names}
+    return before, after
+
+
+class AuditedModelAdmin(admin.ModelAdmin):
+    """Admin edits are state changes too: the change form asks for a reason, and every create,
+    update and delete (its inlines' included) writes an AuditEvent inside the admin's transaction.
+    The delete confirmation has no form, so deletions carry a fixed reason."""
+
+    form = AuditReasonForm
+
+    def _verb(self, obj: models.Model, action: str) -> str:
+        return f"{obj._meta.model_name}.admin_{action}"
+
+    def save_model(self, request, obj, form, change) -> None:
+        before, after = _changes(form)
+        super().save_model(request, obj, form, change)
+        if change and not after:
+            return
+        audit_record(actor=Actor.for_user(request.user), verb=self._verb(obj, "change" if change else "add"),
+                     target=obj, reason=form.cleaned_data["audit_reason"], before=before if change else {},
+                     after=after)
+
+    def save_formset(self, request, form, formset, change) -> None:
+        actor, reason = Actor.for_user(request.user), form.cleaned_data["audit_reason"]
+        for inline in formset.deleted_forms:
+            if inline.instance.pk is not None:
+                audit_record(actor=actor, verb=self._verb(inline.instance, "delete"), target=inline.instance,
+                             reason=reason, before={"repr": str(inline.instance)})
+        changed = [(inline, inline.instance._state.adding, *_changes(inline)) for inline in formset.forms
+                   if inline.has_changed() and inline not in formset.deleted_forms]
+        super().save_formset(request, form, formset, change)
+        for inline, added, before, after in changed:
+            audit_record(actor=actor, verb=self._verb(inline.instance, "add" if added else "change"),
+                         target=inline.instance, reason=reason, before={} if added else before, after=after)
+
+    def delete_model(self, request, obj) -> None:
+        audit_record(actor=Actor.for_user(request.user), verb=self._verb(obj, "delete"), target=obj,
+                     reason=ADMIN_DELETE_REASON, before={"repr": str(obj)})
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset) -> None:
+        actor = Actor.for_user(request.user)
+        for obj in queryset:
+            audit_record(actor=actor, verb=self._verb(obj, "delete"), target=obj, reason=ADMIN_DELETE_REASON,
+                         before={"repr": str(obj)})
+        super().delete_queryset(request, queryset)

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group, Permission, User
 from django.db import models, transaction
 
 from core.actors import Actor
@@ -190,11 +190,19 @@ class _Seeder:
         }
         from scheduling.models import TeamMembership
 
+        # Operators read the audit log in the admin too (staff, with view permission only).
+        audit_view = Permission.objects.get(content_type__app_label="core", codename="view_auditevent")
+        operators = groups["operator"]
+        if not operators.permissions.filter(pk=audit_view.pk).exists():
+            operators.permissions.add(audit_view)
+            audit_record(actor=self.actor, verb="group.permission_add", target=operators, reason="demo data",
+                         after={"permission": "core.view_auditevent"})
         for login in DEMO_LOGINS:
             user = User.objects.filter(username=login.username).first()
             if user is None:
                 user = User.objects.create_user(
-                    username=login.username, password=login.password, email=f"{login.username}@demo.invalid"
+                    username=login.username, password=login.password, email=f"{login.username}@demo.invalid",
+                    is_staff=login.role == "operator",
                 )
                 self.created.append(f"user {user}")
                 audit_record(actor=self.actor, verb="user.create", target=user, reason="demo data",

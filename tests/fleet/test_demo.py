@@ -76,6 +76,18 @@ def test_the_demo_logins_work_with_their_roles(demo):
         assert login.username in demo and login.password in demo
 
 
+def test_the_demo_operator_reads_the_audit_log_in_the_admin_and_may_not_edit_it(demo, client):
+    assert client.login(username="ops", password="ops-demo")
+    body = client.get("/admin/core/auditevent/").content.decode()
+    assert "node.create" in body and "automation:demo" in body
+    assert client.get("/admin/fleet/node/").status_code == 403
+    assert 'href="/admin/"' in client.get("/").content.decode()
+    client.logout()
+    assert client.login(username="viewer", password="viewer-demo")
+    assert client.get("/admin/core/auditevent/").status_code == 302
+    assert 'href="/admin/"' not in client.get("/").content.decode()
+
+
 def test_teams_queues_quotas_and_priority_classes(demo):
     assert list(Queue.objects.values_list("name", "team__name", "cohort__name")) == [
         ("evaluation-q", "evaluation", "main"), ("inference-q", "inference", "main"),

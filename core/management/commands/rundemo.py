@@ -99,7 +99,9 @@ class Command(BaseCommand):
 
     def _prepare_dirs(self) -> None:
         var = Path(settings.VAR_DIR)
-        folders = [var]
+        # STATIC_ROOT too: WhiteNoise warns at start-up when it is missing (the demo serves static
+        # files through the finders, so it stays empty).
+        folders = [var, Path(settings.STATIC_ROOT)]
         options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {})
         folders += [Path(options[k]) for k in ("data_folder_in", "data_folder_out", "control_folder") if k in options]
         backend = getattr(settings, "CELERY_RESULT_BACKEND", "")
