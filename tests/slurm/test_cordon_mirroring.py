@@ -16,6 +16,17 @@ pytestmark = pytest.mark.django_db
 OPERATOR = Actor(label="olga")
 
 
+# By default scontrol behaves like Slurm for one node n3: `update` drains or resumes it and
+# `-o show node` shows the result.
+SLURM_LIKE = """\
+if [ "$1" = update ]; then
+  case "$3" in State=DRAIN) echo IDLE+DRAIN > {state} ;; State=RESUME) echo IDLE > {state} ;; esac
+  exit 0
+fi
+echo "NodeName=n3 Gres=gpu:8 State=$(cat {state} 2>/dev/null || echo IDLE)"
+"""
+
+
 @pytest.fixture
 def fake_bin(tmp_path, settings, slurm_settings, celery_eager):
     """A directory whose `scontrol` runs the shell snippet written to tmp_path/behaviour."""
@@ -33,7 +44,7 @@ def fake_bin(tmp_path, settings, slurm_settings, celery_eager):
     def behave(snippet: str) -> None:
         (tmp_path / "behaviour").write_text(snippet)
 
-    behave("exit 0")
+    behave(SLURM_LIKE.format(state=tmp_path / "state"))
     behave.calls = lambda: (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
     return behave
 
@@ -52,9 +63,22 @@ def cordon(node, capture, reason="Xid 79; fell off the bus <GPU 3>"):
 def test_a_cordon_drains_the_node_with_the_reason_and_records_it_applied(node, fake_bin,
                                                                           django_capture_on_commit_callbacks):
     node = cordon(node, django_capture_on_commit_callbacks)
-    assert fake_bin.calls() == ["update NodeName=n3 State=DRAIN Reason=Xid 79; fell off the bus <GPU 3>"]
+    assert fake_bin.calls() == ["update NodeName=n3 State=DRAIN Reason=Xid 79; fell off the bus <GPU 3>",
+                                "-o show node n3"]
     assert node.labels["slurm.applied"] is True and node.labels["slurm.error"] == ""
-    assert AuditEvent.objects.filter(verb="slurm.drain_applied", actor="olga").exists()
+    assert node.labels["slurm.state"] == "IDLE+DRAIN"  # what Slurm showed, before the next sync
+    event = AuditEvent.objects.get(verb="slurm.drain_applied", actor="olga")
+    assert (event.before, event.after) == ({"slurm": "drain pending"},
+                                           {"slurm": "drain applied", "slurm.state": "IDLE+DRAIN"})
+
+
+def test_a_drain_scontrol_accepts_but_slurm_does_not_show_is_not_applied(node, fake_bin,
+                                                                         django_capture_on_commit_callbacks):
+    fake_bin('[ "$1" = update ] && exit 0; echo "NodeName=n3 Gres=gpu:8 State=IDLE"')
+    node = cordon(node, django_capture_on_commit_callbacks)
+    assert node.labels["slurm.applied"] is False and node.labels["slurm.state"] == "IDLE"
+    assert node.labels["slurm.error"] == "scontrol accepted the drain, but Slurm shows n3 IDLE"
+    assert AuditEvent.objects.get(verb="slurm.drain_failed").after["slurm"] == "drain NOT applied"
 
 
 def test_a_refused_drain_is_recorded_on_the_node_and_audited(node, fake_bin, django_capture_on_commit_callbacks):
@@ -149,3 +173,13 @@ def test_the_node_page_include_shows_a_failed_drain(node):
 
     html = render_to_string("fleet/_slurm_status.html", {"node": node})
     assert "NOT applied" in html and "Invalid node name specified" in html and "<code>IDLE</code>" in html
+
+
+def test_the_node_page_include_shows_a_pending_change_and_what_slurm_never_reported(node):
+    from django.template.loader import render_to_string
+
+    html = render_to_string("fleet/_slurm_status.html", {"node": node})
+    assert "not read from Slurm yet" in html and "no cordon or uncordon sent to Slurm yet" in html
+    node.labels = {"slurm.state": "IDLE", "slurm.op": "drain", "slurm.applied": None, "slurm.error": ""}
+    html = render_to_string("fleet/_slurm_status.html", {"node": node})
+    assert "drain: <span" in html and ">pending</span>" in html and 'id="slurm-error"' not in html

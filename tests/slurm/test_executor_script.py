@@ -78,7 +78,34 @@ def test_a_requeued_workloads_stop_ends_the_earlier_runs_only(workload):
 def test_a_preemption_in_progress_terms_the_current_run(workload, monkeypatch):
     cli = FakeCli(JOBS)
     later = []
-    monkeypatch.setattr("fleet.backends.slurm.executor._cancel_later", lambda ids, grace: later.append((ids, grace)))
+    monkeypatch.setattr("fleet.backends.slurm.executor._cancel_later",
+                        lambda cli, ids, grace: later.append((ids, grace)))
     workload.state = "preempting"
     SlurmExecutor(cli).stop_graceful(workload, 30)
     assert cli.cancelled == [(("10", "20"), "TERM")] and later == [(["10", "20"], 30)]
+
+
+def test_jobs_still_there_after_the_grace_period_are_cancelled_for_good(workload, celery_eager):
+    import time
+
+    cli = FakeCli(JOBS)
+    workload.state = "preempting"
+    SlurmExecutor(cli).stop_graceful(workload, 1)
+
+    assert cli.cancelled == [(("10", "20"), "TERM")]  # the grace period starts now
+    deadline = time.monotonic() + 5
+    while len(cli.cancelled) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert cli.cancelled == [(("10", "20"), "TERM"), (("10", "20"), None)]
+
+
+def test_with_a_celery_worker_the_cancel_is_a_task_due_after_the_grace_period(workload, monkeypatch):
+    from fleet.backends.slurm.tasks import slurm_jobs_cancel
+
+    queued = []
+    monkeypatch.setitem(slurm_jobs_cancel.app.conf, "task_always_eager", False)
+    monkeypatch.setattr(slurm_jobs_cancel, "apply_async", lambda args, countdown: queued.append((args, countdown)))
+    cli = FakeCli(JOBS)
+    workload.state = "preempting"
+    SlurmExecutor(cli).stop_graceful(workload, 45)
+    assert cli.cancelled == [(("10", "20"), "TERM")] and queued == [((["10", "20"],), 45)]

@@ -6,14 +6,17 @@ retrying: SlurmUnavailable (the controller did not answer: retry later) and
 SlurmCommandFailed (Slurm answered "no": retrying will not help)."""
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import parsers
+
+log = logging.getLogger(__name__)
 
 # stderr fragments that mean "the controller could not be reached", not "the request is bad".
 _TRANSIENT = (
@@ -93,8 +96,26 @@ class SlurmCli:
             return False
 
     def nodes(self) -> list[parsers.SlurmNode]:
-        """Every node with its state, reason and GRES (`scontrol -o show node`: unlike sinfo's
-        JSON it carries the reason's user and time in every Slurm version)."""
+        """Every node with its state, flags, reason and GRES, from `sinfo --json`.
+
+        `scontrol -o show node` fills in what the JSON lacks: everything on a Slurm without
+        `--json` (before 21.08, or without a data_parser plugin), the node addresses where the
+        JSON groups nodes (23.02 and later)."""
+        try:
+            found = parsers.parse_sinfo_json(self.run("sinfo", "--json"))
+        except (SlurmCommandFailed, parsers.SlurmParseError) as exc:
+            log.info("sinfo --json unusable (%s); reading nodes with scontrol -o show node", exc)
+            return self._scontrol_nodes()
+        if all(node.address for node in found):
+            return found
+        shown = {node.name: node for node in self._scontrol_nodes()}
+        return [
+            replace(node, address=shown[node.name].address, hostname=shown[node.name].hostname)
+            if not node.address and node.name in shown else node
+            for node in found
+        ]
+
+    def _scontrol_nodes(self) -> list[parsers.SlurmNode]:
         return parsers.parse_scontrol_show_node(self.run("scontrol", "-o", "show", "node"))
 
     def node(self, name: str) -> parsers.SlurmNode:

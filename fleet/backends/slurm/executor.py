@@ -170,13 +170,13 @@ class SlurmExecutor(Executor):
     def start(self, workload: Workload, placements: list[ReplicaAssignment]) -> str:
         run = workload.requeue_count
         name = job_name(workload.pk, run)
-        already = [j for j in self._jobs_of(workload.pk) if j.name == name and j.state not in ENDED]
+        live = [j for j in self._jobs_of(workload.pk) if j.state not in ENDED]
+        already = [j for j in live if j.name == name]
         if already:
             return already[0].het_job_id or already[0].job_id
         # A new run means every earlier run is over: cancel leftovers (a stop that never reached
         # Slurm) so they cannot hold the GPUs this run was placed on.
-        stale = sorted({j.het_job_id or j.job_id for j in self._jobs_of(workload.pk)
-                        if j.state not in ENDED and _run_of(j) < run})
+        stale = sorted({j.het_job_id or j.job_id for j in live if _run_of(j) < run})
         if stale:
             log.warning("workload %s: cancelling Slurm jobs %s of earlier runs", workload.pk, stale)
             self.cli.scancel(stale)
@@ -194,7 +194,7 @@ class SlurmExecutor(Executor):
         if not ids:
             return
         self.cli.scancel(ids, signal="TERM")
-        _cancel_later(ids, grace_seconds)
+        _cancel_later(self.cli, ids, grace_seconds)
 
     def stop_hard(self, workload: Workload, *_: object) -> None:
         ids = self._ids_to_stop(workload)
@@ -268,24 +268,24 @@ def _read_exit(workload_id: int, run: int) -> tuple[int, bool] | None:
     return int(text[0]), "stopped" in text[1:]
 
 
-def _cancel_later(ids: list[str], grace_seconds: int) -> None:
+def _cancel_later(cli: SlurmCli, ids: list[str], grace_seconds: int) -> None:
     """scancel after the grace period, through Celery when a worker runs it; in eager mode
     (the demo, tests) through a timer thread, since an eager countdown would fire at once."""
     if grace_seconds <= 0:
-        get_cli().scancel(ids)
+        cli.scancel(ids)
         return
     from .tasks import slurm_jobs_cancel
 
     if slurm_jobs_cancel.app.conf.task_always_eager:
-        timer = threading.Timer(grace_seconds, _cancel_quietly, args=(ids,))
+        timer = threading.Timer(grace_seconds, _cancel_quietly, args=(cli, ids))
         timer.daemon = True
         timer.start()
     else:
         slurm_jobs_cancel.apply_async((ids,), countdown=grace_seconds)
 
 
-def _cancel_quietly(ids: list[str]) -> None:
+def _cancel_quietly(cli: SlurmCli, ids: list[str]) -> None:
     try:
-        get_cli().scancel(ids)
+        cli.scancel(ids)
     except SlurmError:
         log.exception("scancel %s after the grace period failed", ids)

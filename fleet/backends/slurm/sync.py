@@ -199,12 +199,7 @@ class _Reconciler:
 
     def _mirror_state(self, node: Node, snode: parsers.SlurmNode) -> None:
         labels = dict(node.labels)
-        labels.update({
-            "slurm.cluster": self.cluster,
-            "slurm.state": str(snode.state),
-            "slurm.reason": snode.reason.text if snode.reason else "",
-            "slurm.reason_user": (snode.reason.user or "") if snode.reason else "",
-        })
+        labels.update({"slurm.cluster": self.cluster, **_slurm_facts(snode)})
         state = snode.state
         if state.failed:
             self._went_down(node, snode, labels)
@@ -333,19 +328,40 @@ def _flavor_spec(gres_type: str | None) -> tuple[str, str, int]:
     return name, *_DEFAULT_PRODUCT
 
 
-def node_slurm_outcome_record(*, node: Node, op: str, applied: bool | None, error: str, actor: Actor) -> Node:
-    """Record on the node whether Slurm applied a drain or resume (None: still pending).
+def node_slurm_outcome_record(
+    *, node: Node, op: str, applied: bool | None, error: str, actor: Actor, seen: parsers.SlurmNode | None = None
+) -> Node:
+    """Record on the node whether Slurm applied a drain or resume (None: still pending), and
+    what Slurm showed afterwards (`seen`), so the node page does not wait for the next sync.
 
     A failure is audited as slurm.<op>_failed so it shows in the node's history, never only in a log."""
     with transaction.atomic():
         locked = Node.objects.select_for_update().get(pk=node.pk)
-        before = {k: locked.labels.get(k) for k in ("slurm.op", "slurm.applied", "slurm.error")}
+        before = _outcome(locked.labels)
         labels = {**locked.labels, "slurm.op": op, "slurm.applied": applied, "slurm.error": error,
                   "slurm.applied_at": timezone.now().isoformat()}
+        if seen is not None:
+            labels.update(_slurm_facts(seen))
         locked.labels = labels
         locked.save(update_fields=["labels"])
         if applied is not None:
             verb = f"slurm.{op}_applied" if applied else f"slurm.{op}_failed"
-            audit_record(actor=actor, verb=verb, target=locked, reason=error, before=before,
-                         after={k: labels[k] for k in before})
+            audit_record(actor=actor, verb=verb, target=locked, reason=error, before={"slurm": before},
+                         after={"slurm": _outcome(labels), "slurm.state": labels.get("slurm.state")})
     return locked
+
+
+def _outcome(labels: dict[str, Any]) -> str | None:
+    """`drain applied`, `resume pending`, `drain NOT applied`: readable in the node's history."""
+    if "slurm.op" not in labels:
+        return None
+    applied = labels.get("slurm.applied")
+    return f"{labels['slurm.op']} " + {True: "applied", False: "NOT applied"}.get(applied, "pending")
+
+
+def _slurm_facts(snode: parsers.SlurmNode) -> dict[str, str]:
+    return {
+        "slurm.state": str(snode.state),
+        "slurm.reason": snode.reason.text if snode.reason else "",
+        "slurm.reason_user": (snode.reason.user or "") if snode.reason else "",
+    }

@@ -52,6 +52,9 @@ def _apply(task, node_id: int, op: str, actor_label: str, *, reason: str = "") -
             cli.node_drain(node.name, reason)
         else:
             cli.node_resume(node.name)
+        # scontrol's exit status is not the whole story (RESUME exits 1 with the drain gone;
+        # an admin may drain again at once): what Slurm shows now decides "applied".
+        seen = cli.node(node.name)
     except SlurmUnavailable as exc:
         if task.request.retries < task.max_retries:
             raise task.retry(exc=exc, countdown=min(300, 5 * 2**task.request.retries)) from exc
@@ -61,7 +64,11 @@ def _apply(task, node_id: int, op: str, actor_label: str, *, reason: str = "") -
     except SlurmCommandFailed as exc:
         node_slurm_outcome_record(node=node, op=op, applied=False, error=exc.message, actor=actor)
         return "failed"
-    node_slurm_outcome_record(node=node, op=op, applied=True, error="", actor=actor)
+    if seen.state.drain != (op == "drain"):
+        error = f"scontrol accepted the {op}, but Slurm shows {node.name} {seen.state}"
+        node_slurm_outcome_record(node=node, op=op, applied=False, error=error, actor=actor, seen=seen)
+        return "failed"
+    node_slurm_outcome_record(node=node, op=op, applied=True, error="", actor=actor, seen=seen)
     return "applied"
 
 
