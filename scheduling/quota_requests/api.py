@@ -5,6 +5,7 @@ API and the pages refuse the same things. A service's ValidationError becomes a 
 field, PermissionDenied a 403."""
 from __future__ import annotations
 
+from django import forms
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
@@ -41,14 +42,25 @@ class QuotaRequestOutputSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+# The form's own messages for what is not a number or a date, so both say the same thing.
+WHOLE_NUMBER = {"invalid": forms.IntegerField.default_error_messages["invalid"]}
+DATE = {"invalid": forms.DateField.default_error_messages["invalid"]}
+
+
 class QuotaRequestInputSerializer(serializers.Serializer):
+    """Parses only. A missing nominal, start or justification reaches the service as empty,
+    which names what is missing in the form's words. Without `starts_on` the request starts
+    today, as the form's pre-filled date does; an explicit null is refused."""
+
     queue = serializers.SlugRelatedField(slug_field="name", queryset=Queue.objects.select_related("team"))
     flavor = serializers.SlugRelatedField(slug_field="name", queryset=GpuFlavor.objects.all())
-    requested_nominal = serializers.IntegerField()
-    requested_borrowing_limit = serializers.IntegerField(required=False, allow_null=True, default=None)
-    starts_on = serializers.DateField(required=False)
-    ends_on = serializers.DateField(required=False, allow_null=True, default=None)
-    justification = serializers.CharField(allow_blank=True)
+    requested_nominal = serializers.IntegerField(required=False, allow_null=True, default=None,
+                                                 error_messages=WHOLE_NUMBER)
+    requested_borrowing_limit = serializers.IntegerField(required=False, allow_null=True, default=None,
+                                                         error_messages=WHOLE_NUMBER)
+    starts_on = serializers.DateField(required=False, allow_null=True, error_messages=DATE)
+    ends_on = serializers.DateField(required=False, allow_null=True, default=None, error_messages=DATE)
+    justification = serializers.CharField(required=False, allow_blank=True, default="")
 
 
 class ReviewInputSerializer(serializers.Serializer):

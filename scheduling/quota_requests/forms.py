@@ -1,5 +1,7 @@
 """Forms for filing and reviewing quota requests. Field rules live in the services, so the
-form and the API refuse exactly the same things with the same messages."""
+form and the API refuse exactly the same things with the same messages: the fields the service
+checks are optional here (an empty one reaches the service, which names what is missing), and
+the API's serializer borrows these fields' messages for input that is not a number or a date."""
 from __future__ import annotations
 
 import datetime as dt
@@ -15,18 +17,23 @@ from . import selectors, services
 class QuotaRequestForm(forms.Form):
     queue = forms.ModelChoiceField(queryset=None, help_text="The team's queue the quota is for")
     flavor = forms.ModelChoiceField(queryset=GpuFlavor.objects.all())
-    requested_nominal = forms.IntegerField(label="Requested nominal GPUs", help_text="GPUs guaranteed to the queue")
+    requested_nominal = forms.IntegerField(
+        label="Requested nominal GPUs", required=False, help_text="GPUs guaranteed to the queue"
+    )
     requested_borrowing_limit = forms.IntegerField(
         label="Borrowing limit", required=False, help_text="Most GPUs the queue may borrow; empty = unchanged"
     )
-    starts_on = forms.DateField(label="Start date", widget=forms.DateInput(attrs={"type": "date"}))
+    starts_on = forms.DateField(label="Start date", required=False, widget=forms.DateInput(attrs={"type": "date"}))
     ends_on = forms.DateField(
         label="End date",
         required=False,
         widget=forms.DateInput(attrs={"type": "date"}),
         help_text="Only for a temporary boost: the previous quota comes back on this date",
     )
-    justification = forms.CharField(widget=forms.Textarea(attrs={"rows": 4}))
+    justification = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 4}),
+        help_text="What the GPUs are for and why the current quota is not enough",
+    )
 
     def __init__(self, *args, user, today: dt.date, **kwargs):
         super().__init__(*args, **kwargs)

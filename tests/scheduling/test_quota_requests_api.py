@@ -77,7 +77,7 @@ def test_filtering_by_state(api, filed, operator):
 @pytest.mark.parametrize(
     ("overrides", "field", "fragment"),
     [
-        ({"requested_nominal": "x"}, "requested_nominal", "valid integer"),
+        ({"requested_nominal": "x"}, "requested_nominal", "Enter a whole number."),
         ({"requested_nominal": 0}, "requested_nominal", "positive whole number"),
         ({"requested_nominal": 99}, "requested_nominal", "only 16 H100"),
         ({"flavor": "B200"}, "flavor", "does not exist"),

@@ -117,7 +117,7 @@ def form_data(queue, flavor, today, **overrides):
         ({"requested_nominal": "40"}, "requested_nominal", "The fleet has only 16 H100 GPUs."),
         ({"requested_borrowing_limit": "-2"}, "requested_borrowing_limit", "Enter a whole number of GPUs (0 or more)."),
         ({"ends_on": "start"}, "ends_on", "The end date must be after the start date."),
-        ({"justification": ""}, "justification", "This field is required."),
+        ({"justification": ""}, "justification", "Explain why the team needs this quota."),
     ],
     ids=["not-a-number", "zero", "beyond-capacity", "negative-borrowing", "end-equals-start", "no-justification"],
 )
