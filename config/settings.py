@@ -184,6 +184,8 @@ FLEETDECK = {
     # Approvals may bring a flavor's nominal quotas to at most fleet capacity × this ratio
     # (1.0: never beyond capacity) unless the operator ticks "override", which is audited.
     "QUOTA_OVERSUBSCRIPTION_MAX": float(env_str("QUOTA_OVERSUBSCRIPTION_MAX", "1.0")),
+    # Where people reach the web UI; e-mails (quota request notifications) link to pages under it.
+    "PUBLIC_URL": env_str("PUBLIC_URL", "http://127.0.0.1:8000"),
     "NODE_STALE_SECONDS": env_int("NODE_STALE_SECONDS", 120),
     # Health loop: a node is quarantined at its 3rd NCCL timeout within 24 h; a running workload
     # without progress for 15 min is flagged, then requeued by the next watchdog check.

@@ -5,20 +5,44 @@ never have told anyone it happened."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import EmailMessage, get_connection
 from django.db import transaction
+from django.urls import reverse
 
 from core.roles import OPERATORS_GROUP
 from scheduling.choices import QuotaRequestState
 from scheduling.models import QuotaRequest, TeamMembership
 
 logger = logging.getLogger(__name__)
+_suppressed: ContextVar[bool] = ContextVar("quota_request_mail_suppressed", default=False)
+
+
+@contextmanager
+def suppressed() -> Iterator[None]:
+    """No e-mail for transitions made inside: for history written after the fact (the demo's
+    past requests), which nobody needs telling about today."""
+    token = _suppressed.set(True)
+    try:
+        yield
+    finally:
+        _suppressed.reset(token)
 
 
 def notify_on_commit(quota_request_id: int, *, old_state: str, new_state: str) -> None:
+    if _suppressed.get():
+        return
     transaction.on_commit(lambda: quota_request_notify(quota_request_id, old_state=old_state, new_state=new_state))
+
+
+def page_url(quota_request_id: int) -> str:
+    path = reverse("scheduling:quota-request-detail", kwargs={"request_id": quota_request_id})
+    return settings.FLEETDECK.get("PUBLIC_URL", "").rstrip("/") + path
 
 
 def team_recipients(team_id: int, team_email: str) -> list[str]:
@@ -75,5 +99,5 @@ def _body(qr: QuotaRequest, *, old_state: str, new_label: str) -> str:
         lines += ["", f"Reviewed by {qr.reviewed_by}: {qr.review_comment or '(no comment)'}"]
     if qr.previous_nominal is not None:
         lines += ["", f"Nominal before the change: {qr.previous_nominal} GPUs"]
-    lines += ["", f"/scheduling/quota-requests/{qr.pk}/"]
+    lines += ["", page_url(qr.pk)]
     return "\n".join(lines)

@@ -130,6 +130,28 @@ def test_the_tick_task_applies_due_requests(filed, operator, research_queue, h10
     assert filed.state == S.APPLIED
 
 
+def test_the_tick_task_ends_a_boost_on_its_end_date(make_request, team_member, operator, research_queue, h100,
+                                                   django_capture_on_commit_callbacks):
+    from django.core import mail
+
+    from core.actors import Actor
+    from core.models import AuditEvent
+    from scheduling.models import QueueQuota
+
+    filed_at = timezone.now() - dt.timedelta(days=3)
+    boost = make_request(team_member, research_queue, h100, 14, starts_on=timezone.localdate(filed_at),
+                         ends_on=timezone.localdate(), now=filed_at)
+    services.quota_request_approve(actor=Actor.for_user(operator), quota_request=boost, now=filed_at)
+    assert QueueQuota.objects.get(queue=research_queue, flavor=h100).nominal == 14
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert tasks.quota_requests_tick_task() == {"applied": [], "expired": [boost.pk]}
+    assert QueueQuota.objects.get(queue=research_queue, flavor=h100).nominal == 8
+    assert AuditEvent.objects.filter(verb="quota.revert", actor="automation:quota-requests").count() == 1
+    assert {m.subject for m in mail.outbox} == {f"[Fleetdeck] Quota request #{boost.pk} for research: expired"}
+    assert tasks.quota_requests_tick_task() == {"applied": [], "expired": []}
+
+
 def test_the_sample_task_writes_samples(research_queue):
     tasks.quota_usage_sample_task()
     assert QueueUsageSample.objects.filter(queue=research_queue).exists()

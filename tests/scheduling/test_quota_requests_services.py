@@ -362,3 +362,64 @@ def test_no_mail_leaves_when_the_transaction_rolls_back(filed, operator, django_
     assert callbacks == []
     filed.refresh_from_db()
     assert filed.state == S.SUBMITTED
+
+
+def _withdraw(qr, member, operator, today):
+    services.quota_request_withdraw(actor=Actor.for_user(member), quota_request=qr)
+
+
+def _deny(qr, member, operator, today):
+    services.quota_request_deny(actor=Actor.for_user(operator), quota_request=qr, comment="Not this quarter")
+
+
+def _apply_on_start(qr, member, operator, today):
+    services.quota_requests_tick(now=timezone.now() + dt.timedelta(days=1))
+
+
+def _expire_boost(qr, member, operator, today):
+    services.quota_requests_tick(now=timezone.now() + dt.timedelta(days=2))
+
+
+def _window_passes(qr, member, operator, today):
+    services.quota_requests_tick(now=timezone.now() + dt.timedelta(days=3))
+
+
+@pytest.mark.parametrize(
+    ("later_start", "boost", "act", "announced"),
+    [
+        (False, False, _withdraw, ["withdrawn"]),
+        (False, False, _deny, ["denied"]),
+        (True, False, _apply_on_start, ["applied"]),
+        (False, True, _expire_boost, ["expired"]),
+        (True, True, _window_passes, ["expired"]),
+    ],
+    ids=["withdraw", "deny", "apply-on-start-date", "boost-expiry", "window-passed-unapplied"],
+)
+def test_each_later_transition_mails_team_and_operators_with_a_link(
+    make_request, team_member, operator, research_queue, h100, today, settings, django_capture_on_commit_callbacks,
+    later_start, boost, act, announced,
+):
+    settings.FLEETDECK = {**settings.FLEETDECK, "PUBLIC_URL": "https://fleet.example.org/"}
+    starts = today + dt.timedelta(days=1) if later_start else today
+    qr = make_request(team_member, research_queue, h100, 12, starts_on=starts,
+                      ends_on=today + dt.timedelta(days=2) if boost else None)
+    if later_start or boost:
+        services.quota_request_approve(actor=Actor.for_user(operator), quota_request=qr)
+    mail.outbox.clear()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        act(qr, team_member, operator, today)
+
+    assert [(m.subject.rsplit(": ", 1)[1], sorted(m.to)) for m in mail.outbox] == [
+        (state, to) for state in announced for to in (["tess@example.org"], ["olga@example.org"])
+    ]
+    assert f"https://fleet.example.org/scheduling/quota-requests/{qr.pk}/" in mail.outbox[0].body
+
+
+def test_suppressed_transitions_send_nothing(make_request, team_member, research_queue, h100,
+                                             django_capture_on_commit_callbacks):
+    from scheduling.quota_requests import notifications
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks, notifications.suppressed():
+        make_request(team_member, research_queue, h100, 12)
+    assert callbacks == [] and mail.outbox == []
