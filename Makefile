@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+DEMO_ADDR ?= 127.0.0.1:8000
 
 .PHONY: demo test test-fast lint bench install
 
@@ -18,7 +19,7 @@ demo: install
 	mkdir -p var
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py load_demo
-	$(PY) manage.py rundemo
+	$(PY) manage.py rundemo --addr $(DEMO_ADDR)
 
 test: install
 	$(VENV)/bin/ruff check .

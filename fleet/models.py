@@ -150,5 +150,9 @@ class NodeAgentToken(models.Model):
     def issue(cls, node: Node) -> str:
         """Create or rotate the node's token; returns the clear key, shown once."""
         key = secrets.token_urlsafe(32)
+        # Keys go on command lines (fleetdeck-agent --token KEY), where argparse reads a leading
+        # "-" as an option: one key in 64 would otherwise break the agent's start.
+        while key.startswith("-"):
+            key = secrets.token_urlsafe(32)
         cls.objects.update_or_create(node=node, defaults={"key_hash": cls.hash_key(key)})
         return key

@@ -71,3 +71,13 @@ def test_a_rack_cannot_be_deleted_while_it_holds_nodes(node):
 
     with pytest.raises(ProtectedError):
         node.rack.delete()
+
+
+def test_an_agent_key_never_starts_with_a_dash(node, monkeypatch):
+    """A key like "-x…" would read as an option on the agent's command line (--token KEY)."""
+    from fleet import models
+
+    draws = iter(["-looks-like-an-option", "key-2"])
+    monkeypatch.setattr(models.secrets, "token_urlsafe", lambda n: next(draws))
+    assert models.NodeAgentToken.issue(node) == "key-2"
+    assert models.NodeAgentToken.objects.get(node=node).key_hash == models.NodeAgentToken.hash_key("key-2")
