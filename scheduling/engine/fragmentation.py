@@ -96,6 +96,7 @@ class _ModelView:
     constant: int  # weight of shapes that can never use this model's GPUs
     shapes: tuple[_Shape, ...]  # GPU shapes that may run on this model
     cpu_steps: tuple[int, ...]  # sorted distinct CPU requests of `shapes`
+    share_copies: tuple[tuple[int, int], ...]  # (CPU, copies per GPU) of each share shape with a CPU request
     memo: dict[tuple[int, tuple[int, ...]], int] = field(default_factory=dict)
 
 
@@ -180,7 +181,9 @@ class TypicalMix:
                 else:
                     shapes.append(_Shape(d.cpu_milli, d.gpu_count, d.gpu_milli, n))
             steps = tuple(sorted({s.cpu_milli for s in shapes}))
-            view = self._views[model] = _ModelView(constant, tuple(shapes), steps)
+            copies = tuple((s.cpu_milli, WHOLE // s.gpu_milli) for s in shapes
+                           if s.gpu_count == 1 and s.gpu_milli < WHOLE and s.cpu_milli)
+            view = self._views[model] = _ModelView(constant, tuple(shapes), steps, copies)
         return view
 
     def fragmentation(self, node: NodeFree) -> float:
@@ -194,8 +197,14 @@ class TypicalMix:
     def weighted_sorted(self, model: str, cpu: int, gpus_desc: tuple[int, ...]) -> int:
         """Hot-path form of `fragmentation_weighted`: free GPUs already sorted, largest first."""
         view = self._view(model)
-        # Without pack_shares only the CPU thresholds crossed matter, so nearby CPU values share an entry.
-        key = (cpu if self.pack_shares else bisect_right(view.cpu_steps, cpu), gpus_desc)
+        # Only the CPU thresholds crossed matter (and, packing shares, how many copies the CPU
+        # allows, capped by what the GPUs could take), so nearby CPU values share an entry.
+        step = bisect_right(view.cpu_steps, cpu)
+        if self.pack_shares:
+            gpus = len(gpus_desc)
+            key: tuple = (step, gpus_desc, tuple([min(cpu // c, per * gpus) for c, per in view.share_copies]))
+        else:
+            key = (step, gpus_desc)
         hit = view.memo.get(key)
         if hit is not None:
             return hit
