@@ -6,6 +6,7 @@ writes one history row per minute), no per-GPU queries."""
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -52,7 +53,8 @@ def readings_store(*, rows: Sequence[ReadingRow], source: str, now: datetime) ->
     if not rows:
         return 0
     minute = minute_of(now)
-    with transaction.atomic():
+    # Its own transaction when called alone; inside a caller's (the ingest services), no savepoint.
+    with transaction.atomic(savepoint=False):
         if connection.vendor in ("sqlite", "postgresql"):
             _upsert_sql(rows, source, now, minute)
         else:
@@ -92,6 +94,44 @@ def _insert_sql(vendor: str, count: int, update: bool) -> str:
     return f"INSERT INTO {quote(model._meta.db_table)} ({names}) {values} ON CONFLICT {_conflict(update)}"
 
 
+@functools.lru_cache(maxsize=4)
+def _json_sql(update: bool) -> str:
+    """PostgreSQL: INSERT ... SELECT FROM json_to_recordset(one JSON parameter), the timestamps and
+    source as plain parameters. psycopg quotes arrays element by element in Python (~0.6 ms for an
+    8-GPU upsert); one JSON string costs it next to nothing."""
+    quote = connection.ops.quote_name
+    model, columns = (GpuReading, _LATEST_COLUMNS) if update else (GpuReadingMinute, _MINUTE_COLUMNS)
+    scalars = _JSON_SCALARS[update]
+    fields = {f.column: f for f in model._meta.concrete_fields}
+    select = ", ".join("%s" if c in scalars else f"r.{quote(c)}" for c in columns)
+    record = ", ".join(f"{quote(c)} {fields[c].db_type(connection)}" for c in columns if c not in scalars)
+    return (f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(c) for c in columns)}) "
+            f"SELECT {select} FROM json_to_recordset(%s::json) AS r({record}) ON CONFLICT {_conflict(update)}")
+
+
+_JSON_SCALARS = {True: ("at", "source"), False: ("minute",)}
+
+
+def _upsert_json(latest: list[tuple], history: list[tuple]) -> bool:
+    """The PostgreSQL writer; False (nothing written) when a value has no JSON form (NaN, infinity)."""
+    statements = []
+    for update, values in ((True, latest), (False, history)):
+        if not values:
+            continue
+        columns = _LATEST_COLUMNS if update else _MINUTE_COLUMNS
+        scalars = [columns.index(c) for c in _JSON_SCALARS[update]]
+        keep = [i for i in range(len(columns)) if i not in scalars]
+        try:
+            document = json.dumps([{columns[i]: row[i] for i in keep} for row in values], allow_nan=False)
+        except ValueError:
+            return False
+        statements.append((_json_sql(update), [values[0][i] for i in scalars] + [document]))
+    with connection.cursor() as cursor:
+        for sql, params in statements:
+            cursor.execute(sql, params)
+    return True
+
+
 def _upsert_sql(rows: Sequence[ReadingRow], source: str, now: datetime, minute: datetime) -> None:
     vendor = connection.vendor
     at = connection.ops.adapt_datetimefield_value(now)
@@ -110,6 +150,8 @@ def _upsert_sql(rows: Sequence[ReadingRow], source: str, now: datetime, minute: 
             # The first reading of a minute wins: a 15 s scrape leaves one history row per minute.
             seen.add(r.gpu_id)
             history.append((r.gpu_id, minute_value, r.sm_active, r.fb_used_mib, r.temperature_c, r.power_w))
+    if vendor == "postgresql" and _upsert_json(latest, history):
+        return
     with connection.cursor() as cursor:
         for update, values in ((True, latest), (False, history)):
             if not values:

@@ -122,7 +122,7 @@ def test_the_sql_writer_stores_what_the_orm_writer_stores(node, monkeypatch):
              ReadingRow(gpu_id=gpus[0].pk, mig_instance_id=7, mig_profile="1g.10gb", sm_active=0.1),
              ReadingRow(gpu_id=gpus[1].pk)]
     second = [ReadingRow(gpu_id=gpus[0].pk, sm_active=0.7, xid_last=79, pod="p" * 254),
-              ReadingRow(gpu_id=gpus[1].pk, temperature_c=33.0)]
+              ReadingRow(gpu_id=gpus[1].pk, temperature_c=33.0, power_w=float("inf"))]  # no JSON form
 
     def write() -> list:
         readings_store(rows=first, source="dcgm", now=T0)
