@@ -1,9 +1,19 @@
 """dcgm-exporter /metrics text -> one GpuReading per GPU or MIG instance.
 
 Public API:
-    parse_exposition(text: str | bytes) -> list[GpuReading]
-        Parsed with prometheus_client's text parser (never by hand). Raises ValueError naming the
-        first line the parser rejects ("DCGM exposition line 7: ...: '<line>'").
+    parse_exposition(text: str | bytes, *, all_metrics=True) -> list[GpuReading]
+        Parsed with prometheus_client (never by hand): its parse_labels reads each distinct label
+        block once, its text parser reads every line's name, value, family and type (see "the fast
+        path" below). Raises ValueError naming the first line the parser rejects
+        ("DCGM exposition line 7: ...: '<line>'"). all_metrics=False is the store path's mode:
+        `metrics` keeps only FIELD_METRICS and lines of other families are read only as far as
+        needed to know which GPUs reported (so a malformed line there is not seen); the readings
+        are otherwise the same.
+    parse_exposition_reference(text, *, all_metrics=True)
+                        the same readings with every line through prometheus_client as written
+                        (~30x slower); the fast path is tested and benchmarked against it
+    FIELD_METRICS       the metric families behind GpuReading's named fields
+    clear_caches()      forget the label blocks parsed so far (per process, 16,384 at most)
     GpuReading          frozen dataclass, one per GPU (or per MIG instance), `reading.to_json()`
     is_blank(value)     True for DCGM's "no data" sentinels (int32 / int64 / fp64 BLANK, NOT_FOUND,
                         NOT_SUPPORTED, NOT_PERMISSIONED) and NaN
@@ -117,6 +127,7 @@ class _Builder:
     labels: dict[str, str]
     values: dict[str, float] = field(default_factory=dict)
     workloads: list[tuple[str | None, str | None, str | None]] = field(default_factory=list)
+    identity: dict[str, Any] | None = None  # _identity(labels) when already known (a cached block's)
 
     def add(self, name: str, labels: dict[str, str], value: float) -> None:
         self.put(name, value)
@@ -136,11 +147,11 @@ class _Builder:
         if len(labels) > len(self.labels):
             # Label sets vary inside a family: keep identity labels that only some rows carry.
             self.labels = {**labels, **self.labels}
+            self.identity = None
         if any(workload) and workload not in self.workloads:
             self.workloads.append(workload)
 
     def build(self) -> GpuReading:
-        labels = self.labels
         named: dict[str, Any] = {}
         for metric, (attr, scale, _how) in _FIELDS.items():
             if metric in self.values:
@@ -150,14 +161,7 @@ class _Builder:
             named["sm_active"] = named["gpu_util"] / 100.0
         first = self.workloads[0] if self.workloads else (None, None, None)
         return GpuReading(
-            uuid=labels.get("UUID") or None,
-            gpu_index=_int(labels.get("gpu")),
-            hostname=_hostname(labels),
-            mig_profile=labels.get("GPU_I_PROFILE") or None,
-            mig_instance_id=_int(labels.get("GPU_I_ID")),
-            model_name=labels.get("modelName") or None,
-            pci_bus_id=normalize_pci_bus_id(labels.get("pci_bus_id")),
-            driver_version=labels.get("DCGM_FI_DRIVER_VERSION") or None,
+            **(self.identity or _identity(self.labels)),
             namespace=first[0],
             pod=first[1],
             container=first[2],
@@ -165,6 +169,19 @@ class _Builder:
             metrics=dict(self.values),
             **named,
         )
+
+
+def _identity(labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "uuid": labels.get("UUID") or None,
+        "gpu_index": _int(labels.get("gpu")),
+        "hostname": _hostname(labels),
+        "mig_profile": labels.get("GPU_I_PROFILE") or None,
+        "mig_instance_id": _int(labels.get("GPU_I_ID")),
+        "model_name": labels.get("modelName") or None,
+        "pci_bus_id": normalize_pci_bus_id(labels.get("pci_bus_id")),
+        "driver_version": labels.get("DCGM_FI_DRIVER_VERSION") or None,
+    }
 
 
 def _label(labels: dict[str, str], name: str) -> str | None:
@@ -303,17 +320,17 @@ class _Fallback(Exception):
 class _Block:
     """One distinct label block within one parse: its labels and what this parse did with it."""
 
-    __slots__ = ("labels", "key", "workload", "builder", "confirmed")
+    __slots__ = ("labels", "key", "workload", "identity", "builder", "confirmed")
 
-    def __init__(self, parsed: tuple[dict[str, str], tuple[str, str, str] | None, tuple]) -> None:
-        self.labels, self.key, self.workload = parsed
+    def __init__(self, parsed: tuple[dict[str, str], tuple[str, str, str] | None, tuple, dict[str, Any]]) -> None:
+        self.labels, self.key, self.workload, self.identity = parsed
         self.builder: _Builder | None = None
         self.confirmed = False  # a line with a value that cannot be blank has been queued
 
 
 @functools.lru_cache(maxsize=16384)
-def _parse_block(block: str) -> tuple[dict[str, str], tuple[str, str, str] | None, tuple] | None:
-    """Labels, GPU key and workload of a label block; None where cutting the block out of a line
+def _parse_block(block: str) -> tuple[dict[str, str], tuple[str, str, str] | None, tuple, dict[str, Any]] | None:
+    """Labels, GPU key, workload and identity fields of a label block; None where cutting the block out of a line
     might change the parse. Cached: a worker sees the same blocks every scrape (about 1.5 KB each;
     the labels dict is shared, and nothing here or in _Builder mutates it)."""
     if "}" in block or "\\" in block or block.count('"') % 2:
@@ -321,7 +338,7 @@ def _parse_block(block: str) -> tuple[dict[str, str], tuple[str, str, str] | Non
     labels = _prom_parser.parse_labels(block, False)
     if "__name__" in labels:
         return None  # the parser rejects the line ("metric name specified more than once")
-    return labels, _gpu_key(labels), _workload(labels)
+    return labels, _gpu_key(labels), _workload(labels), _identity(labels)
 
 
 def _classify(name: str, keep: frozenset[str] | None) -> int:
@@ -421,7 +438,7 @@ def _parse_fast(text: str, keep: frozenset[str] | None) -> list[GpuReading]:
                         continue
                     builder = builders.get(block.key)
                     if builder is None:
-                        builder = builders[block.key] = _Builder(labels=block.labels)
+                        builder = builders[block.key] = _Builder(labels=block.labels, identity=block.identity)
                     builder.see(block.labels, block.workload)
                     block.builder = builder
                 if everything:
