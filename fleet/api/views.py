@@ -42,7 +42,20 @@ class RackViewSet(viewsets.ReadOnlyModelViewSet):
     lookup_value_regex = NAME_LOOKUP
 
 
-_state_conflict = OpenApiResponse(OpenApiTypes.OBJECT, description="The node's state forbids it (repair, burn-in)")
+def _transition_schema(summary: str, description: str, request):
+    """The OpenAPI description shared by cordon and uncordon."""
+    return extend_schema(
+        summary=summary,
+        description=description,
+        request=request,
+        responses={
+            200: NodeDetailSerializer,
+            400: OpenApiResponse(description='Missing or blank reason: {"reason": ["This field is required."]}'),
+            403: OpenApiResponse(description="Not an operator"),
+            404: OpenApiResponse(description="No such node"),
+            409: OpenApiResponse(OpenApiTypes.OBJECT, description="The node's state forbids it (repair, burn-in)"),
+        },
+    )
 
 
 @extend_schema_view(
@@ -78,35 +91,20 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         # Re-read through the queryset so the answer carries the same counts and GPUs as GET.
         return Response(NodeDetailSerializer(self.get_queryset().get(pk=node.pk)).data)
 
-    @extend_schema(
-        summary="Cordon a node",
-        description="Stops new placements on the node. Idempotent: cordoning a cordoned node changes nothing. "
-        "Operators only.",
-        request=CordonInputSerializer,
-        responses={
-            200: NodeDetailSerializer,
-            400: OpenApiResponse(description='Missing or blank reason: {"reason": ["This field is required."]}'),
-            403: OpenApiResponse(description="Not an operator"),
-            404: OpenApiResponse(description="No such node"),
-            409: _state_conflict,
-        },
+    @_transition_schema(
+        "Cordon a node",
+        "Stops new placements on the node. Idempotent: cordoning a cordoned node changes nothing. Operators only.",
+        CordonInputSerializer,
     )
     @action(detail=True, methods=["post"], permission_classes=[IsOperator])
     def cordon(self, request, name=None):
         return self._transition(request, node_cordon)
 
-    @extend_schema(
-        summary="Uncordon a node",
-        description="Returns a cordoned node to service. Idempotent. Draining nodes, and nodes with an open repair "
-        "ticket (in repair, burn-in) are refused with 409 unless override is true (audited). Operators only.",
-        request=UncordonInputSerializer,
-        responses={
-            200: NodeDetailSerializer,
-            400: OpenApiResponse(description='Missing or blank reason: {"reason": ["This field is required."]}'),
-            403: OpenApiResponse(description="Not an operator"),
-            404: OpenApiResponse(description="No such node"),
-            409: _state_conflict,
-        },
+    @_transition_schema(
+        "Uncordon a node",
+        "Returns a cordoned node to service. Idempotent. Draining nodes, and nodes with an open repair ticket "
+        "(in repair, burn-in) are refused with 409 unless override is true (audited). Operators only.",
+        UncordonInputSerializer,
     )
     @action(detail=True, methods=["post"], permission_classes=[IsOperator])
     def uncordon(self, request, name=None):
