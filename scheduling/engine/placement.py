@@ -7,12 +7,17 @@ Policies (see the seed's place_gang sketch):
 * any other replica is placed best fit: on the node left with the fewest free GPUs (ties by
   name), on GPUs of one NVLink group when it fits in one, lowest indices first;
 * a fractional replica takes the shareable GPU with the least remaining milli that holds it;
-* a MIG replica takes a free instance of its profile."""
+* a MIG replica takes a free instance of its profile.
+
+With a typical mix in the snapshot (see scoring.py), whole-GPU and fractional replicas that
+fit on one node go where they leave the least fragmentation for that mix instead; best fit
+breaks ties, and is the rule without a mix."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+from .scoring import BUCKET_CANDIDATES, SHARE_LEVELS, SHARE_PER_LEVEL, FragmentationScorer
 from .snapshot import Capacity, Change, FlavorIndex, NodeState
 from .types import WHOLE, GpuAssignment, PodSetSpec, ReplicaPlacement
 
@@ -89,10 +94,11 @@ class Where:
         return self.node is None and self.rack is None and not self.products
 
 
-def place_pod_set(cap: Capacity, fx: FlavorIndex, need: Need, where: Where, changes: list[Change]
-                  ) -> list[ReplicaPlacement] | None:
+def place_pod_set(cap: Capacity, fx: FlavorIndex, need: Need, where: Where, changes: list[Change],
+                  scorer: FragmentationScorer | None = None) -> list[ReplicaPlacement] | None:
     """Place every replica of a pod set, taking capacity as it goes (recorded in `changes`).
 
+    `scorer` (the round's typical mix) makes single-node replicas fragmentation-aware.
     On failure returns None; the caller undoes `changes`."""
     if need.is_multi_node(fx):
         nodes = pick_whole_nodes(cap, fx, need, where)
@@ -106,7 +112,7 @@ def place_pod_set(cap: Capacity, fx: FlavorIndex, need: Need, where: Where, chan
         return out
     out = []
     for r in range(need.replicas):
-        placed = _place_replica(cap, fx, need, where)
+        placed = _place_replica(cap, fx, need, where, scorer)
         if placed is None:
             return None
         node, gpus = placed
@@ -121,14 +127,93 @@ def _take(cap: Capacity, node: NodeState, gpus: tuple[GpuAssignment, ...], need:
     changes.append(Change(node, gpus, need.cpu, need.mem))
 
 
-def _place_replica(cap: Capacity, fx: FlavorIndex, need: Need, where: Where
-                   ) -> tuple[NodeState, tuple[GpuAssignment, ...]] | None:
+def _place_replica(cap: Capacity, fx: FlavorIndex, need: Need, where: Where,
+                   scorer: FragmentationScorer | None = None) -> tuple[NodeState, tuple[GpuAssignment, ...]] | None:
     if need.kind == Kind.WHOLE:
+        if scorer is not None:
+            return least_fragmenting_whole(cap, fx, need, where, scorer)
         node = best_fit_node(cap, fx, need, where)
         return None if node is None else (node, tuple(GpuAssignment(i) for i in pick_gpus(node, need.gpus)))
     if need.kind == Kind.SHARE:
+        if scorer is not None:
+            return least_fragmenting_share(cap, fx, need, where, scorer)
         return _best_fit_share(cap, fx, need, where)
     return _first_mig(cap, fx, need, where)
+
+
+def _whole_pool(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> list[NodeState]:
+    """Candidate nodes for a g-GPU replica: a pinned node or rack whole, else up to
+    BUCKET_CANDIDATES allowed nodes of every best-fit bucket that holds it."""
+    g = need.gpus
+    if g >= len(fx.buckets):
+        return []
+    if where.node is not None or where.rack is not None:
+        pool = [where.node] if where.node is not None else [cap.nodes[r] for r in fx.rack_nodes.get(where.rack, ())]
+        return [n for n in pool if n.flavor == fx.name and n.schedulable and n.whole >= g and where.allows(n, need)]
+    out: list[NodeState] = []
+    for k in range(g, len(fx.buckets)):
+        taken = 0
+        for rank in fx.buckets[k]:
+            node = cap.nodes[rank]
+            if not where.allows(node, need):
+                continue
+            out.append(node)
+            taken += 1
+            if taken >= BUCKET_CANDIDATES:
+                break
+    return out
+
+
+def least_fragmenting_whole(cap: Capacity, fx: FlavorIndex, need: Need, where: Where, scorer: FragmentationScorer
+                            ) -> tuple[NodeState, tuple[GpuAssignment, ...]] | None:
+    """The node and GPUs whose use removes the most fragmentation (in STEP units); ties by
+    best fit: fewest whole free GPUs, then a node whose free GPUs hold the replica in one
+    NVLink group, then node order."""
+    g = need.gpus
+    best: tuple[int, int, int, int] | None = None
+    choice: tuple[NodeState, tuple[int, ...]] | None = None
+    for node in _whole_pool(cap, fx, need, where):
+        delta, gpus = scorer.whole_gpus(node, g, need.cpu, pick_gpus(node, g))
+        key = (scorer.step(delta), -node.whole, 1 if g == 1 or _group_fits(node, g) else 0, -node.rank)
+        if best is None or key > best:
+            best, choice = key, (node, gpus)
+    if choice is None:
+        return None
+    return choice[0], tuple(GpuAssignment(i) for i in choice[1])
+
+
+def least_fragmenting_share(cap: Capacity, fx: FlavorIndex, need: Need, where: Where, scorer: FragmentationScorer
+                            ) -> tuple[NodeState, tuple[GpuAssignment, ...]] | None:
+    """The shareable GPU whose share removes the most fragmentation (in STEP units); ties by
+    best fit: least free milli left, then node order, then GPU index. Looks at a few GPUs of
+    each of the lowest free levels that hold the share, and at empty shareable GPUs."""
+    shares = fx.shares
+    best: tuple[int, int, int, int] | None = None
+    choice: tuple[NodeState, int] | None = None
+    empty = _first_at_least(shares, WHOLE)
+    levels = 0
+    i = _first_at_least(shares, need.milli)
+    while i < len(shares):
+        level = shares[i][0]
+        taken = 0
+        while i < len(shares) and shares[i][0] == level and taken < SHARE_PER_LEVEL:
+            _free, rank, gi = shares[i]
+            node = cap.nodes[rank]
+            i += 1
+            if not where.allows(node, need):
+                continue
+            taken += 1
+            delta = scorer.delta(node, (GpuAssignment(gi, need.milli),), need.cpu)
+            key = (scorer.step(delta), -level, -rank, -gi)
+            if best is None or key > best:
+                best, choice = key, (node, gi)
+        levels += 1
+        i = _first_at_least(shares, level + 1)
+        if levels >= SHARE_LEVELS and i < empty:
+            i = empty  # enough partly used levels; an empty shareable GPU is still weighed
+    if choice is None:
+        return None
+    return choice[0], (GpuAssignment(choice[1], need.milli),)
 
 
 def best_fit_node(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> NodeState | None:

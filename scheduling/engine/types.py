@@ -95,6 +95,27 @@ class PodSetSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class PodSetShape:
+    """One replica's request as the typical mix counts it (no name, no replica count).
+
+    The typical mix tells fragmentation-aware placement what usually arrives, so it keeps
+    room for that rather than for the one request in hand."""
+
+    gpus: int = 1  # whole GPUs; 0 with milli set means a share of one GPU
+    milli: int | None = None
+    flavor: str | None = None
+    accepted_products: tuple[str, ...] = ()
+    cpu_millicores: int = 0
+    memory_mib: int = 0
+
+    @classmethod
+    def of(cls, spec: PodSetSpec) -> PodSetShape:
+        share = spec.milli is not None and spec.milli < WHOLE and spec.gpus_per_replica <= 1
+        return cls(0 if share else max(1, spec.gpus_per_replica), spec.milli if share else None, spec.flavor,
+                   tuple(sorted(spec.accepted_products)), spec.cpu_millicores, spec.memory_mib)
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadSpec:
     id: int
     name: str
@@ -155,6 +176,9 @@ class Snapshot:
     pending: list[WorkloadSpec] = field(default_factory=list)
     # Reservations carried across rounds: preemptor workload id -> GPUs freed for it.
     reservations: dict[int, tuple[ReplicaPlacement, ...]] = field(default_factory=dict)
+    # Replica shapes seen recently, with how many replicas had each: fragmentation-aware
+    # placement keeps room for them. Empty: plain best fit.
+    typical_mix: tuple[tuple[PodSetShape, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

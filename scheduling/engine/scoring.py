@@ -1,0 +1,208 @@
+"""Fragmentation-aware choice of node and GPUs for one replica: FGD (USENIX ATC '23) in the live engine.
+
+The round's Snapshot carries the typical mix: replica shapes seen recently, with counts. A
+node's fragmentation (scheduling.engine.fragmentation) is the idle milli-GPU that a replica
+drawn from that mix could not use there; a placement is scored by how much fragmentation it
+removes, and the replica goes where that is highest. Scores are compared in steps of STEP
+milli-GPU, so near-equal placements fall back to best fit (fewest free GPUs left, then NVLink
+group, then node order), which keeps small fleets and empty mixes placing exactly as before.
+
+What the live engine adds to the replay's fleetdeck mix:
+* NVLink: whole-GPU shapes that fit in one NVLink group are judged per group, so GPUs split
+  over groups count as fragments for them (a 4-GPU job spanning groups runs, but slower);
+  larger shapes are judged on the whole node. CPU is a node resource, so each group sees the
+  node's free CPU: an optimistic reading for CPU-bound shapes.
+* Sharing: only shareable or already split GPUs take shares, so a whole free GPU that is not
+  shareable is all fragment to the share shapes; whole-GPU jobs then leave shareable GPUs to
+  the shares the mix expects.
+* GPU models: a shape's flavor and accepted products name the (flavor, product) pairs of the
+  fleet it may use; a node is judged only by the shapes that may run on it.
+Memory is checked for fit (Where.allows) but not scored: the FGD objective is GPU capacity.
+
+Only a few nodes are scored per decision: up to BUCKET_CANDIDATES from each best-fit bucket
+(nodes with k whole free GPUs), and for a share up to SHARE_PER_LEVEL GPUs from each of the
+SHARE_LEVELS lowest free-milli levels that hold it. A node's scores are cached until its free
+GPUs or CPU change, so the same candidates are not re-scored across decisions."""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .fragmentation import Demand, TypicalMix
+from .snapshot import NodeState
+from .types import WHOLE, GpuAssignment, PodSetShape
+
+STEP = 200  # milli-GPU of expected fragmentation per score step (as the replay's fleetdeck policy)
+BUCKET_CANDIDATES = 8
+SHARE_LEVELS = 24
+SHARE_PER_LEVEL = 4
+UNTRACKED_CPU = 1 << 40  # a node that does not report CPU never runs out of it
+
+
+def model_key(flavor: str, product: str) -> str:
+    """The 'GPU model' fragmentation scoring distinguishes: a flavor and its product."""
+    return f"{flavor}\x1f{product}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """What does not change about a node during a round."""
+
+    model: str
+    usable: tuple[bool, ...]  # healthy and not in MIG mode: whole jobs and shares may use it
+    shareable: tuple[bool, ...]
+    groups: tuple[tuple[int, ...], ...]  # GPU indices per NVLink group
+    group_size: int
+
+
+class FragmentationScorer:
+    """Scores placements of one replica against the round's typical mix."""
+
+    def __init__(self, mix: Iterable[tuple[PodSetShape, int]], nodes: Sequence[NodeState]) -> None:
+        fleet = {(n.flavor, n.product) for n in nodes}
+        shares: Counter[Demand] = Counter()
+        wholes: Counter[Demand] = Counter()
+        for shape, count in mix:
+            if count <= 0:
+                continue
+            allowed = {
+                model_key(f, p) for f, p in fleet
+                if (shape.flavor is None or f == shape.flavor)
+                and (not shape.accepted_products or p in shape.accepted_products)
+            }
+            if not allowed:
+                continue  # nothing in the fleet can run it: no room to keep for it
+            models = frozenset() if len(allowed) == len(fleet) else frozenset(allowed)
+            if shape.milli is not None and shape.milli < WHOLE and shape.gpus <= 1:
+                shares[Demand(shape.cpu_millicores, 1, max(1, shape.milli), models)] += count
+            else:
+                wholes[Demand(shape.cpu_millicores, max(1, shape.gpus), WHOLE, models)] += count
+        self.weight = sum(shares.values()) + sum(wholes.values())
+        self._wholes = tuple(wholes.items())
+        self._share_mix = _fleetdeck_mix(shares.items())
+        # Weight of the share shapes each model may run: what a GPU unusable for shares costs.
+        self._share_weight: dict[str, int] = {}
+        for d, n in shares.items():
+            for f, p in fleet:
+                key = model_key(f, p)
+                if d.accepts(key):
+                    self._share_weight[key] = self._share_weight.get(key, 0) + n
+        self._split: dict[int, tuple[TypicalMix | None, TypicalMix | None]] = {}
+        self._layouts: dict[int, _Layout] = {}
+        self._cache: dict[int, tuple[tuple[int, ...], int, int, dict[tuple, int]]] = {}
+
+    @property
+    def empty(self) -> bool:
+        return self.weight == 0
+
+    # -- fragmentation of one node state ---------------------------------------------------------
+    def _mixes(self, group_size: int) -> tuple[TypicalMix | None, TypicalMix | None]:
+        """Whole-GPU shapes that fit in one NVLink group of this size, and the larger ones."""
+        got = self._split.get(group_size)
+        if got is None:
+            small = [(d, n) for d, n in self._wholes if d.gpu_count <= group_size]
+            large = [(d, n) for d, n in self._wholes if d.gpu_count > group_size]
+            got = self._split[group_size] = (_fleetdeck_mix(small), _fleetdeck_mix(large))
+        return got
+
+    def layout(self, node: NodeState) -> _Layout:
+        lay = self._layouts.get(node.rank)
+        if lay is None:
+            groups: dict[int, list[int]] = {}
+            for i in range(node.size):
+                groups.setdefault(node.group[i], []).append(i)
+            lay = self._layouts[node.rank] = _Layout(
+                model_key(node.flavor, node.product),
+                tuple(node.healthy[i] and node.mig[i] is None for i in range(node.size)),
+                tuple(node.shareable),
+                tuple(tuple(ix) for ix in groups.values()),
+                max((len(ix) for ix in groups.values()), default=0),
+            )
+        return lay
+
+    def fragmentation(self, lay: _Layout, free: Sequence[int], cpu: int) -> int:
+        """Weighted fragmented milli-GPU of a node whose GPUs have `free` milli and `cpu` left."""
+        usable = [f if ok and f > 0 else 0 for f, ok in zip(free, lay.usable, strict=True)]
+        total = 0
+        if self._share_mix is not None:
+            slots: list[int] = []
+            closed = 0
+            for i, f in enumerate(usable):
+                if f and (lay.shareable[i] or f < WHOLE):
+                    slots.append(f)
+                else:
+                    closed += f
+            slots.sort(reverse=True)
+            total += self._share_mix.weighted_sorted(lay.model, cpu, tuple(slots))
+            total += self._share_weight.get(lay.model, 0) * closed
+        small, large = self._mixes(lay.group_size)
+        if large is not None:
+            total += large.weighted_sorted(lay.model, cpu, tuple(sorted(usable, reverse=True)))
+        if small is not None:
+            for idx in lay.groups:
+                total += small.weighted_sorted(lay.model, cpu, tuple(sorted((usable[i] for i in idx), reverse=True)))
+        return total
+
+    # -- placements ------------------------------------------------------------------------------
+    def _node_cache(self, node: NodeState) -> tuple[_Layout, int, dict[tuple, int]]:
+        """The node's layout, fragmentation now, and the deltas scored since it last changed."""
+        lay = self.layout(node)
+        free = tuple(node.free)
+        cpu = node.cpu if node.track_cpu else UNTRACKED_CPU
+        hit = self._cache.get(node.rank)
+        if hit is not None and hit[0] == free and hit[1] == cpu:
+            return lay, hit[2], hit[3]
+        before = self.fragmentation(lay, free, cpu)
+        deltas: dict[tuple, int] = {}
+        self._cache[node.rank] = (free, cpu, before, deltas)
+        return lay, before, deltas
+
+    def delta(self, node: NodeState, gpus: tuple[GpuAssignment, ...], cpu: int) -> int:
+        """Weighted fragmentation removed by taking `gpus` and `cpu` on `node` (negative: added)."""
+        lay, before, deltas = self._node_cache(node)
+        key = (cpu, tuple((a.index, a.milli) for a in gpus))
+        got = deltas.get(key)
+        if got is None:
+            free = list(node.free)
+            for a in gpus:
+                free[a.index] -= a.milli
+            left = (node.cpu if node.track_cpu else UNTRACKED_CPU) - cpu
+            got = deltas[key] = before - self.fragmentation(lay, free, left)
+        return got
+
+    def step(self, delta: int) -> int:
+        """`delta` in steps of STEP milli-GPU of expected fragmentation, rounded half up."""
+        unit = self.weight * STEP
+        return (2 * delta + unit) // (2 * unit)
+
+    def whole_gpus(self, node: NodeState, g: int, cpu: int, default: list[int]) -> tuple[int, tuple[int, ...]]:
+        """The best g whole free GPUs of `node` and their delta: one NVLink group's lowest
+        indices per group that holds them, `default` (best fit's choice) winning ties."""
+        best = tuple(default)
+        best_delta = self.delta(node, tuple(GpuAssignment(i) for i in best), cpu)
+        lay = self.layout(node)
+        if len(lay.groups) > 1:
+            for idx in lay.groups:
+                free = [i for i in idx if node.is_whole_free(i)]
+                if len(free) < g or tuple(free[:g]) == best:
+                    continue
+                d = self.delta(node, tuple(GpuAssignment(i) for i in free[:g]), cpu)
+                if d > best_delta:
+                    best, best_delta = tuple(free[:g]), d
+        return best_delta, best
+
+
+def _fleetdeck_mix(entries: Iterable[tuple[Demand, int]]) -> TypicalMix | None:
+    """The replay's fleetdeck reading of a mix: shapes judged only where they may run, shares
+    counted by what repeated copies can use."""
+    kept = [(d, n) for d, n in entries if n > 0]
+    return TypicalMix(kept).without_inaccessible().packing_shares() if kept else None
+
+
+def scorer_for(mix: Sequence[tuple[PodSetShape, int]], nodes: Sequence[NodeState]) -> FragmentationScorer | None:
+    """The round's scorer, or None (plain best fit) without a usable typical mix."""
+    if not mix:
+        return None
+    scorer = FragmentationScorer(mix, nodes)
+    return None if scorer.empty else scorer
