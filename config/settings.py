@@ -181,6 +181,10 @@ FLEETDECK = {
     # Bearer token for GET /metrics; empty means open to any client that can reach it.
     "METRICS_TOKEN": env_str("METRICS_TOKEN", ""),
     "PLACEMENT_ROUND_SECONDS": env_int("PLACEMENT_ROUND_SECONDS", 2),
+    # Fragmentation-aware placement keeps room for the replica shapes submitted over this many
+    # days (0: plain best fit), the most frequent FRAGMENTATION_MIX_SHAPES of them.
+    "FRAGMENTATION_HISTORY_DAYS": env_int("FRAGMENTATION_HISTORY_DAYS", 7),
+    "FRAGMENTATION_MIX_SHAPES": env_int("FRAGMENTATION_MIX_SHAPES", 32),
     # Approvals may bring a flavor's nominal quotas to at most fleet capacity × this ratio
     # (1.0: never beyond capacity) unless the operator ticks "override", which is audited.
     "QUOTA_OVERSUBSCRIPTION_MAX": float(env_str("QUOTA_OVERSUBSCRIPTION_MAX", "1.0")),
