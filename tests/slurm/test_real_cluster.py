@@ -10,7 +10,7 @@ import pytest
 
 from core.actors import Actor
 from core.models import AuditEvent
-from fleet.backends.slurm.executor import SlurmExecutor, exit_file, job_name
+from fleet.backends.slurm.executor import ENDED, SlurmExecutor, exit_file, job_name
 from fleet.backends.slurm.parsers import reason_matches
 from fleet.backends.slurm.sync import SYNC_ACTOR, slurm_inventory_sync
 from fleet.models import Node
@@ -165,21 +165,28 @@ def test_a_graceful_stop_sends_term_then_the_job_ends_as_stopped(slurm):
     assert report.stopped
 
 
-def test_a_node_whose_slurmd_dies_becomes_unknown_and_its_gangs_are_requeued(slurm):
+def test_a_node_whose_slurmd_dies_becomes_unknown_and_its_gangs_are_requeued(
+    slurm, django_capture_on_commit_callbacks
+):
     synced()
     workload = _workload("on-n8", replicas=1, gpus=8, run_seconds=600)
-    Workload.objects.filter(pk=workload.pk).update(state=WorkloadState.RUNNING, executor="slurm")
+    job_id = SlurmExecutor().start(workload, [ReplicaAssignment("worker", 0, "n8", tuple(range(8)))])
+    Workload.objects.filter(pk=workload.pk).update(state=WorkloadState.RUNNING, executor="slurm",
+                                                   executor_job_id=job_id)
     n8 = Node.objects.get(name="n8")
     pod_set = workload.pod_sets.get()
     Allocation.objects.bulk_create(
         Allocation(workload=workload, pod_set=pod_set, replica=0, gpu=g, node=n8) for g in n8.gpus.all()
     )
+    wait_for(lambda: [j for j in _jobs_named(slurm, job_name(workload.pk, 0), job_id) if j.state == "RUNNING"],
+             timeout=20, what="the job running on n8")
     os.kill(int((SLURM_BASE / "slurmd-n8.pid").read_text()), signal.SIGTERM)
 
     # Slurm calls it DOWN SlurmdTimeout after the last answer (about 30 s here); a bare idle* is
     # not enough (see NodeState.failed).
     wait_for(lambda: slurm.node("n8").state.failed, timeout=60, what="Slurm to mark n8 DOWN", interval=1)
-    result = synced()
+    with django_capture_on_commit_callbacks(execute=True):
+        result = synced()
 
     assert result.not_responding == ["n8"] and result.requeued == ["on-n8"]
     n8.refresh_from_db()
@@ -191,6 +198,10 @@ def test_a_node_whose_slurmd_dies_becomes_unknown_and_its_gangs_are_requeued(slu
     workload.refresh_from_db()
     assert workload.state == WorkloadState.REQUEUED
     assert not Allocation.objects.filter(workload=workload, released_at__isnull=True).exists()
+    # Slurm requeues a batch job whose node failed (PENDING, pinned to n8); Fleetdeck cancels it,
+    # so it cannot start again when n8 comes back: the gang's next run goes where Fleetdeck places it.
+    wait_for(lambda: all(j.state in ENDED for j in _jobs_named(slurm, job_name(workload.pk, 0), job_id)),
+             timeout=10, what="Fleetdeck to cancel the job Slurm requeued")
     assert synced().not_responding == []  # reported once
 
     os.system("slurmd -N n8")  # noqa: S605,S607 - the fixture's cleanup would restart it too
