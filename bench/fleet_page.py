@@ -160,6 +160,7 @@ def main() -> int:
     args = parser.parse_args()
     tmp = tempfile.TemporaryDirectory(prefix="fleetdeck-bench-")
     os.environ["FLEETDECK_VAR_DIR"] = tmp.name
+    (Path(tmp.name) / "staticfiles").mkdir()  # STATIC_ROOT: WhiteNoise warns when it is missing
 
     import django
 
