@@ -112,6 +112,7 @@ wait_for() {  # $1: tries (0.2 s apart), $2...: command that must succeed
 }
 
 ctld_up() { timeout 5 scontrol ping 2>/dev/null | grep -q 'is UP'; }
+jobs_gone() { [ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ]; }
 
 nodes_ready() {  # every node registered and responding: no unknown/down/invalid, no "*" flag
   local states
@@ -139,6 +140,12 @@ start() {
 
 stop_all() {
   local f pids=()
+  # Jobs first, while slurmctld and slurmd still run: their slurmstepd and processes have no pid
+  # file, and a step whose slurmd is gone keeps running as an orphan.
+  if alive "$BASE/slurmctld.pid" && [ -n "$(timeout 5 squeue -h -o %i 2>/dev/null)" ]; then
+    timeout 10 scancel --partition=gpu 2>/dev/null || true
+    wait_for 50 jobs_gone || log "jobs still listed after scancel; stopping the daemons anyway"
+  fi
   for f in "$BASE"/slurmd-n*.pid "$BASE/slurmctld.pid" "$MUNGE_PID"; do
     if alive "$f"; then pids+=("$(cat "$f")"); kill "$(cat "$f")" 2>/dev/null || true; fi
   done
