@@ -173,7 +173,7 @@ def least_fragmenting_whole(cap: Capacity, fx: FlavorIndex, need: Need, where: W
     best: tuple[int, int, int, int] | None = None
     choice: tuple[NodeState, tuple[int, ...]] | None = None
     for node in _whole_pool(cap, fx, need, where):
-        delta, gpus = scorer.whole_gpus(node, g, need.cpu, pick_gpus(node, g))
+        delta, gpus = scorer.whole_gpus(node, g, need.cpu, pick_gpus)
         key = (scorer.step(delta), -node.whole, 1 if g == 1 or _group_fits(node, g) else 0, -node.rank)
         if best is None or key > best:
             best, choice = key, (node, gpus)

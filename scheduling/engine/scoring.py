@@ -26,8 +26,9 @@ GPUs or CPU change, so the same candidates are not re-scored across decisions.""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .fragmentation import Demand, TypicalMix
 from .snapshot import NodeState
@@ -90,7 +91,7 @@ class FragmentationScorer:
                     self._share_weight[key] = self._share_weight.get(key, 0) + n
         self._split: dict[int, tuple[TypicalMix | None, TypicalMix | None]] = {}
         self._layouts: dict[int, _Layout] = {}
-        self._cache: dict[int, tuple[tuple[int, ...], int, int, dict[tuple, int]]] = {}
+        self._cache: dict[int, tuple[tuple[int, ...], int, int, dict[tuple, Any]]] = {}
 
     @property
     def empty(self) -> bool:
@@ -145,7 +146,7 @@ class FragmentationScorer:
         return total
 
     # -- placements ------------------------------------------------------------------------------
-    def _node_cache(self, node: NodeState) -> tuple[_Layout, int, dict[tuple, int]]:
+    def _node_cache(self, node: NodeState) -> tuple[_Layout, int, dict[tuple, Any]]:
         """The node's layout, fragmentation now, and the deltas scored since it last changed."""
         lay = self.layout(node)
         free = tuple(node.free)
@@ -154,7 +155,7 @@ class FragmentationScorer:
         if hit is not None and hit[0] == free and hit[1] == cpu:
             return lay, hit[2], hit[3]
         before = self.fragmentation(lay, free, cpu)
-        deltas: dict[tuple, int] = {}
+        deltas: dict[tuple, Any] = {}
         self._cache[node.rank] = (free, cpu, before, deltas)
         return lay, before, deltas
 
@@ -176,10 +177,16 @@ class FragmentationScorer:
         unit = self.weight * STEP
         return (2 * delta + unit) // (2 * unit)
 
-    def whole_gpus(self, node: NodeState, g: int, cpu: int, default: list[int]) -> tuple[int, tuple[int, ...]]:
+    def whole_gpus(self, node: NodeState, g: int, cpu: int, default: Callable[[NodeState, int], list[int]]
+                   ) -> tuple[int, tuple[int, ...]]:
         """The best g whole free GPUs of `node` and their delta: one NVLink group's lowest
-        indices per group that holds them, `default` (best fit's choice) winning ties."""
-        best = tuple(default)
+        indices per group that holds them, `default(node, g)` (best fit's choice) winning ties."""
+        _lay, _before, deltas = self._node_cache(node)
+        key = ("whole", g, cpu)
+        hit = deltas.get(key)
+        if hit is not None:
+            return hit
+        best = tuple(default(node, g))
         best_delta = self.delta(node, tuple(GpuAssignment(i) for i in best), cpu)
         lay = self.layout(node)
         if len(lay.groups) > 1:
@@ -190,7 +197,8 @@ class FragmentationScorer:
                 d = self.delta(node, tuple(GpuAssignment(i) for i in free[:g]), cpu)
                 if d > best_delta:
                     best, best_delta = tuple(free[:g]), d
-        return best_delta, best
+        got = deltas[key] = (best_delta, best)
+        return got
 
 
 def _fleetdeck_mix(entries: Iterable[tuple[Demand, int]]) -> TypicalMix | None:
