@@ -6,9 +6,12 @@ queries), so a 5,000-node fleet loads as fast as an 8-node one, row for row."""
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Sum
 
 from fleet.choices import GpuHealth, NodeState, SharingMode
 from fleet.models import Gpu, Node
@@ -18,6 +21,7 @@ from .engine.types import (
     GpuAssignment,
     GpuView,
     NodeView,
+    PodSetShape,
     PodSetSpec,
     QueueView,
     Quota,
@@ -365,9 +369,40 @@ def snapshot_load(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
     pending, reservations = _load_pending(index)
     running = _load_running(held, flavor_of_node, node_name, gpu_index)
     snapshot = Snapshot(
-        now=now.timestamp(), nodes=nodes, queues=queues, running=running, pending=pending, reservations=reservations
+        now=now.timestamp(),
+        nodes=nodes,
+        queues=queues,
+        running=running,
+        pending=pending,
+        reservations=reservations,
+        typical_mix=typical_mix_load(now=now),
     )
     return snapshot, index
+
+
+def typical_mix_load(*, now: datetime) -> tuple[tuple[PodSetShape, int], ...]:
+    """Replica shapes of the workloads submitted in the last FRAGMENTATION_HISTORY_DAYS, with
+    their replica counts, most frequent first: the mix fragmentation-aware placement keeps
+    room for. One aggregate query; MIG pod sets are left out (MIG instances do not fragment
+    the way shares and whole GPUs do). Empty when the window is 0 or saw no workload."""
+    conf = settings.FLEETDECK
+    days = conf.get("FRAGMENTATION_HISTORY_DAYS", 7)
+    limit = conf.get("FRAGMENTATION_MIX_SHAPES", 32)
+    if days <= 0 or limit <= 0:
+        return ()
+    rows = (
+        PodSet.objects.filter(workload__submitted_at__gte=now - timedelta(days=days), mig_profile="")
+        .values_list("gpus_per_replica", "milli_gpu", "flavor__name", "accepted_products", "cpu_millicores",
+                     "memory_mib")
+        .annotate(count=Sum("replicas"))
+        .order_by("-count", "gpus_per_replica", "milli_gpu", "cpu_millicores", "memory_mib", "flavor__name")
+    )
+    counts: Counter[PodSetShape] = Counter()
+    # Lists that differ only in order group apart in SQL: a few spare rows leave room to merge them.
+    for gpus, milli, flavor, products, cpu, mem, count in rows[: limit * 2]:
+        spec = PodSetSpec("", 1, gpus, flavor, tuple(products or ()), milli, None, cpu, mem)
+        counts[PodSetShape.of(spec)] += count
+    return tuple(sorted(counts.items(), key=lambda kv: -kv[1])[:limit])
 
 
 # --- reads for pages and the API --------------------------------------------------------------
