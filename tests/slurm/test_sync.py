@@ -7,7 +7,7 @@ from core.actors import Actor
 from core.models import AuditEvent
 from fleet.backends.slurm import parsers
 from fleet.backends.slurm.sync import SYNC_ACTOR, slurm_inventory_sync
-from fleet.models import Gpu, Node, Rack
+from fleet.models import Gpu, GpuFlavor, Node, Rack
 from fleet.services import node_cordon
 from health.models import HealthEvent
 from scheduling.choices import WorkloadState
@@ -71,6 +71,16 @@ def test_untyped_gres_gets_the_configured_default_flavor(settings):
     sync(FakeCli({"g1": "IDLE"}, gres="gpu:4"))
     node = Node.objects.get(name="g1")
     assert node.flavor.name == "A100-SXM-80GB" and node.gpus.count() == 4
+
+
+def test_a_gres_type_naming_only_a_model_gets_that_models_flavor_never_the_default():
+    sync(FakeCli({"g1": "IDLE"}, gres="gpu:a100:8(S:0-1)"))
+    g1 = Node.objects.get(name="g1")
+    assert g1.flavor is None and g1.gpus.count() == 8 and g1.labels["slurm.gpu_type"] == "a100"
+
+    GpuFlavor.objects.create(name="A100-SXM-80GB", product="NVIDIA A100-SXM4-80GB", memory_mib=81920)
+    sync(FakeCli({"g1": "IDLE"}, gres="gpu:a100:8(S:0-1)"))
+    assert Node.objects.get(name="g1").flavor.name == "A100-SXM-80GB"
 
 
 def test_fewer_gpus_in_slurm_removes_the_extra_gpu_rows(cli):

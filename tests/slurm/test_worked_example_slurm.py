@@ -15,21 +15,13 @@ from scheduling.models import Allocation, PriorityClass, Queue, QueueQuota, Work
 from scheduling.services import executor_tick, workloads_start
 from tests.health.conftest import XID_79, agent_client
 from tests.scheduling.conftest import api_for, nodes_of, run_round, submit, training
+from tests.scheduling.test_worked_example import _eval
 
 from .conftest import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.django_db]
 # What n3's fleetdeck-agent would read from NVML: the GPUs Slurm only counted, with identities.
 N3_GPUS = [(i, f"GPU-5e0c1d2a-0003-4000-8000-00000000000{i}", f"0000:{0x1a + i * 16:02x}:00") for i in range(8)]
-
-
-def _eval(i: int) -> dict:
-    return {
-        "name": f"eval-{i}",
-        "team": "research",
-        "priority_class": "eval",
-        "pod_sets": [{"name": "main", "replicas": 1, "gpus_per_replica": 2, "flavor": "H100-SXM-80GB"}],
-    }
 
 
 def slurm_nodes_of(cli, workload: Workload) -> list[str] | None:

@@ -132,8 +132,12 @@ class _Reconciler:
                          before=before, after={"spine": spine.name})
         return rack
 
-    def _flavor_for(self, gres_type: str | None) -> GpuFlavor:
-        name, product, memory = _flavor_spec(gres_type)
+    def _flavor_for(self, gres_type: str | None) -> GpuFlavor | None:
+        spec = _flavor_spec(gres_type)
+        if spec is None:
+            log.warning("Slurm GRES type %r names no single flavor; map it in SLURM_GRES_FLAVORS", gres_type)
+            return None
+        name, product, memory = spec
         defaults = {"product": product, "memory_mib": memory}
         flavor, created = GpuFlavor.objects.get_or_create(name=name, defaults=defaults)
         if created:
@@ -305,10 +309,12 @@ def _describe(values: dict[str, Any]) -> dict[str, Any]:
     return {k: (str(v) if hasattr(v, "pk") else v) for k, v in values.items()}
 
 
-def _flavor_spec(gres_type: str | None) -> tuple[str, str, int]:
+def _flavor_spec(gres_type: str | None) -> tuple[str, str, int] | None:
     """Flavor (name, product, memory MiB) for a GRES type: the SLURM_GRES_FLAVORS mapping, an
     existing flavor of that name, a name derived from a descriptive type (nvidia_h100_80gb_hbm3),
-    or the default flavor for untyped GRES."""
+    the one existing flavor of a model named without its memory (a100), or the default flavor
+    for untyped GRES and types that name no model (hopper). None when the type names a model
+    but not which of its flavors: no flavor beats the wrong one (quotas are per flavor)."""
     mapping: dict[str, str] = _conf("SLURM_GRES_FLAVORS", {}) or {}
     default = _conf("SLURM_DEFAULT_FLAVOR", "H100-SXM-80GB")
     name = mapping.get(gres_type or "", "") if gres_type else default
@@ -318,9 +324,14 @@ def _flavor_spec(gres_type: str | None) -> tuple[str, str, int]:
             return existing.name, existing.product, existing.memory_mib
         product = "NVIDIA " + gres_type.replace("_", " ").upper().removeprefix("NVIDIA ")
         size = re.search(r"(\d+)\s*GB", product)
-        if size and flavor_names.find_model(product):
+        model = flavor_names.find_model(product)
+        if size and model:
             memory = int(size.group(1)) * 1024
             return flavor_names.flavor_name(product, memory), product, memory
+        if model:
+            same = [f for f in GpuFlavor.objects.all() if flavor_names.find_model(f.product) == model]
+            chosen = [f for f in same if f.name == default] or same
+            return (chosen[0].name, chosen[0].product, chosen[0].memory_mib) if len(chosen) == 1 else None
         name = default
     existing = GpuFlavor.objects.filter(name=name).first()
     if existing:
@@ -361,6 +372,7 @@ def _outcome(labels: dict[str, Any]) -> str | None:
 
 def _slurm_facts(snode: parsers.SlurmNode) -> dict[str, str]:
     return {
+        "slurm.gpu_type": snode.gpus.type or "",
         "slurm.state": str(snode.state),
         "slurm.reason": snode.reason.text if snode.reason else "",
         "slurm.reason_user": (snode.reason.user or "") if snode.reason else "",
