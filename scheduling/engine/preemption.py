@@ -43,6 +43,10 @@ class Preemptor:
             cohort = queues[rw.queue].cohort if rw.queue in queues else None
             if cohort and any(v > 0 for v in rw.borrowed.values()):
                 self.borrowers.setdefault(cohort, []).append(rw)
+        # Lowest priority in each victim pool: a workload at or below it has no victim there,
+        # which most blocked workloads of a busy round learn without walking the pool.
+        self.lowest_eligible = min((rw.priority for rw in self.eligible), default=None)
+        self.lowest_borrower = {c: min(rw.priority for rw in rws) for c, rws in self.borrowers.items()}
 
     # -- helpers ----------------------------------------------------------------------------------
     def lost_work(self, rw: RunningWorkload) -> float:
@@ -130,6 +134,9 @@ class Preemptor:
             return None
         candidates = []
         pool = self.eligible if wl.may_preempt else self.borrowers.get(cohort or "", [])
+        lowest = self.lowest_eligible if wl.may_preempt else self.lowest_borrower.get(cohort or "")
+        if lowest is None or lowest >= wl.priority:
+            return None
         for rw in pool:
             if rw.id in self.victims or rw.priority >= wl.priority or self.protected(rw):
                 continue

@@ -33,6 +33,7 @@ class QuotaBook:
         # Per (cohort, flavor): the sum over its queues of lendable - borrowed, kept current by
         # add(), so cohort_room is O(1) instead of a walk over the cohort for every check.
         self._pool: dict[tuple[str, str], int] = {}
+        self.version = 0  # bumped by every add(): equal versions mean equal usage
 
     def _pool_of(self, cohort: str, flavor: str) -> int:
         key = (cohort, flavor)
@@ -51,6 +52,7 @@ class QuotaBook:
         return self.usage.get(queue, {}).get(flavor, 0)
 
     def add(self, queue: str, request: dict[str, int], sign: int = 1) -> None:
+        self.version += 1
         use = self.usage.setdefault(queue, {})
         q = self.queues.get(queue)
         cohort = q.cohort if q is not None else None

@@ -66,6 +66,9 @@ class Round:
         # GPUs still wanted by blocked non-opportunistic workloads, per flavor: opportunistic
         # jobs may only take what is left over.
         self.wanted: dict[str, int] = {}
+        # Misses of place() by (capacity version, quota version, queue, shape): with hundreds
+        # of pending workloads of a few shapes, most of a busy round re-asks the same question.
+        self._misses: dict[tuple, Miss] = {}
 
     # -- entry ----------------------------------------------------------------------------------
     def run(self) -> RoundResult:
@@ -123,7 +126,24 @@ class Round:
     def place(self, wl: WorkloadSpec, needs: list[Need], *, quiet: bool = False) -> Placed | Miss:
         """Quota plus a concrete placement for every pod set; on failure nothing stays taken.
 
-        `quiet` (simulations) skips composing the capacity message nobody will read."""
+        `quiet` (simulations) skips composing the capacity message nobody will read.
+
+        The answer depends only on the capacity, the quota usage, the queue and the shape, so a
+        miss is remembered under their versions; a miss leaves both as it found them, so their
+        versions are wound back after it (place is never re-entered, so no remembered miss
+        carries a version used only inside the failed attempt)."""
+        cap_v, quota_v = self.cap.version, self.quota.version
+        key = (cap_v, quota_v, quiet, wl.queue, wl.topology, wl.topology_required, tuple(n.spec for n in needs))
+        known = self._misses.get(key)
+        if known is not None:
+            return known
+        got = self._place(wl, needs, quiet)
+        if isinstance(got, Miss):
+            self.cap.version, self.quota.version = cap_v, quota_v
+            self._misses[key] = got
+        return got
+
+    def _place(self, wl: WorkloadSpec, needs: list[Need], quiet: bool) -> Placed | Miss:
         if wl.topology == Topology.RACK and wl.topology_required and not self._whole_node_gang(needs):
             return self._place_in_one(wl, needs, self._racks_for(needs), "rack", quiet)
         if wl.topology == Topology.NODE and wl.topology_required and sum(n.replicas for n in needs) > 1:

@@ -104,6 +104,8 @@ class Capacity:
         ordered = sorted(nodes, key=lambda n: n.name)
         self.nodes = [NodeState(v, rank) for rank, v in enumerate(ordered)]
         self.by_name = {n.name: n for n in self.nodes}
+        # Bumped by every take/give: equal versions mean equal capacity (see Round.place).
+        self.version = 0
         self.flavors: dict[str, FlavorIndex] = {}
         for node in self.nodes:
             fx = self.flavors.get(node.flavor)
@@ -153,6 +155,7 @@ class Capacity:
     # -- mutation -----------------------------------------------------------------------------
     def take(self, node: NodeState, gpus: tuple[GpuAssignment, ...], cpu: int = 0, mem: int = 0) -> None:
         """Allocate GPUs (whole, shares or MIG instances) and host resources on a node."""
+        self.version += 1
         if node.schedulable:
             self._unindex(node)
         for a in gpus:
@@ -169,6 +172,7 @@ class Capacity:
 
     def give(self, node: NodeState, gpus: tuple[GpuAssignment, ...], cpu: int = 0, mem: int = 0) -> None:
         """Exact inverse of take()."""
+        self.version += 1
         if node.schedulable:
             self._unindex(node)
         for a in gpus:

@@ -92,7 +92,7 @@ def workloads_start(
     if workload_ids is None:
         workloads = list(waiting)
     else:
-        workloads = [w for part in chunked(sorted(workload_ids)) for w in waiting.filter(pk__in=part)]
+        workloads = [w for part in by_ids(waiting, sorted(workload_ids)) for w in part]
     if not workloads:
         return 0
     assignments, kinds = _assignments([w.pk for w in workloads])

@@ -17,6 +17,7 @@ also runs in every executor tick."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from scheduling.engine.types import Admit, RoundResult
 from scheduling.models import PlacementRound, SchedulerLock, Workload
 from scheduling.selectors import SnapshotIndex, placements_to_json, snapshot_load
 
-from .allocation import AllocationRow, GangClaim, allocations_claim, chunked
+from .allocation import AllocationRow, GangClaim, allocations_claim
 from .bulk import by_ids, rows_update
 from .transitions import WAITING, transitions_record_bulk
 from .workloads import workload_preempt
@@ -208,9 +209,17 @@ def _mark_admitted(
             reserved_placements=[],
             borrowed={},
         )
-    borrowers = {a.workload_id: a.borrowed for a in result.admitted if a.borrowed and a.workload_id in set(placed)}
-    for wid, borrowed in borrowers.items():
-        Workload.objects.filter(pk=wid).update(borrowed=borrowed)
+    # One UPDATE per distinct borrowed amount rather than per workload: a busy cohort admits
+    # many borrowers a round, mostly borrowing the same few amounts.
+    chosen = set(placed)
+    borrowers: dict[str, tuple[dict, list[int]]] = {}
+    for a in result.admitted:
+        if a.borrowed and a.workload_id in chosen:
+            key = json.dumps(a.borrowed, sort_keys=True)
+            borrowers.setdefault(key, (a.borrowed, []))[1].append(a.workload_id)
+    for borrowed, wids in borrowers.values():
+        for part in by_ids(Workload.objects.all(), wids):
+            part.update(borrowed=borrowed)
     transitions_record_bulk(
         changes=[(wid, waiting[wid]) for wid in placed],
         to_state=WorkloadState.ADMITTED,
@@ -255,10 +264,8 @@ def pending_info_save(result: RoundResult) -> int:
     if not wanted:
         return 0
     current = {}
-    for part in chunked(list(wanted)):
-        rows = Workload.objects.filter(pk__in=part, state__in=WAITING).values_list(
-            "pk", "pending_reason", "pending_message", "queue_position"
-        )
+    for part in by_ids(Workload.objects.filter(state__in=WAITING), list(wanted)):
+        rows = part.values_list("pk", "pending_reason", "pending_message", "queue_position")
         current.update({pk: (reason, message, pos) for pk, reason, message, pos in rows})
     changed = {pk: values for pk, values in wanted.items() if pk in current and current[pk] != values}
     with transaction.atomic():

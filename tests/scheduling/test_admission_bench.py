@@ -20,6 +20,7 @@ from scheduling.bench_admission import (
 )
 from scheduling.choices import WorkloadState
 from scheduling.engine.quota import QuotaBook
+from scheduling.engine.round import Round, SchedulerConfig
 from scheduling.engine.types import QueueView, Quota
 from scheduling.models import Allocation, PodSet, Workload, WorkloadTransition
 from scheduling.services import executor_tick, workload_finish, workload_submit
@@ -180,3 +181,30 @@ def test_the_benchmark_loop_runs_a_small_fixture_to_the_end(db, submit):
     # 80 GPUs; 4 large gangs of 20 arrive together at 500 ms: each waits at most for the others.
     assert 0 < out.usage_pct <= 100 and out.sim_end_s >= 2.0
     assert not Workload.objects.exclude(state=WorkloadState.SUCCEEDED).exists()
+
+
+class _NoMemoRound(Round):
+    """The round as it was before misses were remembered: every question asked afresh."""
+
+    def place(self, wl, needs, *, quiet=False):  # type: ignore[no-untyped-def]
+        return self._place(wl, needs, quiet)
+
+
+@pytest.mark.parametrize(("seed", "nominal"), [(1, 30), (2, 30), (3, 400), (4, 400)])
+def test_remembering_misses_changes_no_decision(seed, nominal):
+    from bench.placement import make_snapshot
+
+    def snapshot():
+        snap = make_snapshot(40, 700, seed, busy=0.4)
+        for i, q in enumerate(snap.queues.values()):
+            q.cohort = "c" if i % 2 else None
+            q.quotas = {"h100": Quota(nominal, borrowing_limit=25)}
+        for wl in snap.pending[::7]:
+            object.__setattr__(wl, "may_preempt", True)
+        return snap
+
+    memo, plain = Round(snapshot(), SchedulerConfig()).run(), _NoMemoRound(snapshot(), SchedulerConfig()).run()
+
+    assert memo == plain
+    reasons = {p.reason for p in memo.pending}
+    assert memo.admitted and ("QUOTA_EXCEEDED" if nominal == 30 else "INSUFFICIENT_CAPACITY") in reasons
