@@ -54,6 +54,8 @@ def explain(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> Miss:
                f"the most left on one is {most}")
     else:
         msg = f"pod set {ps} needs a free MIG {need.profile} instance on {fx.name}; none is free"
+    if not need.is_multi_node(fx) and need.kind in (Kind.WHOLE, Kind.SHARE):
+        msg += _host_blockers(cap, fx, need, where)
     if cordoned:
         return Miss(PendingReason.NODES_CORDONED, f"{msg}; capacity exists only on unschedulable nodes {cordoned}")
     if fx.schedulable_nodes == 0:
@@ -82,3 +84,41 @@ def _cordoned_could(cap: Capacity, fx: FlavorIndex, need: Need) -> str:
         return ""
     shown = ", ".join(hits[:5])
     return shown + (f" and {len(hits) - 5} more" if len(hits) > 5 else "")
+
+
+def _host_blockers(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> str:
+    """Why nodes with room on their GPUs still refused the replica (GPU model, CPU, memory),
+    or '' when GPU room is what is missing. Walks the flavor's nodes, which the counters
+    alone cannot tell apart; only reached when the counters said the GPUs were there."""
+    if need.kind == Kind.WHOLE and (fx.max_whole_on_node() < need.gpus
+                                    or fx.free_whole < need.replicas * need.gpus):
+        return ""
+    if need.kind == Kind.SHARE and not (fx.shares and fx.shares[-1][0] >= need.milli):
+        return ""
+    room = model = cpu = mem = 0
+    for ranks in fx.rack_nodes.values():
+        for rank in ranks:
+            node = cap.nodes[rank]
+            if need.kind == Kind.WHOLE:
+                fits = node.whole >= need.gpus
+            else:
+                fits = any(node.is_share_slot(i) and node.free[i] >= need.milli for i in range(node.size))
+            if not fits:
+                continue
+            room += 1
+            if where.products and node.product not in where.products:
+                model += 1
+            elif node.track_cpu and node.cpu < need.cpu:
+                cpu += 1
+            elif node.track_mem and node.mem < need.mem:
+                mem += 1
+    parts = []
+    if model:
+        parts.append(f"{model} are not {' or '.join(sorted(where.products))}")
+    if cpu:
+        parts.append(f"{cpu} lack {need.cpu} free CPU millicores")
+    if mem:
+        parts.append(f"{mem} lack {need.mem} MiB of free memory")
+    if not parts:
+        return ""
+    return f"; {room} nodes have the GPUs, but " + ", ".join(parts)
