@@ -17,6 +17,7 @@ from .placement import Kind, Need, Where, need_of, place_pod_set
 from .preemption import Preemptor
 from .quota import QuotaBook
 from .reasons import Miss, explain
+from .scoring import scorer_for
 from .snapshot import Capacity, Change, FlavorIndex
 from .types import (
     Admit,
@@ -59,6 +60,8 @@ class Round:
         self.config = config
         self.now = snapshot.now
         self.cap = Capacity(snapshot.nodes)
+        # Fragmentation-aware placement against the snapshot's typical mix; None: best fit.
+        self.scorer = scorer_for(snapshot.typical_mix, self.cap.nodes)
         self.quota = QuotaBook(snapshot.queues)
         self.result = RoundResult()
         self.reservations = Reservations(self)
@@ -181,7 +184,7 @@ class Round:
                 continue
             fx = self.cap.flavors[flavor]
             sub: list[Change] = []
-            got = place_pod_set(self.cap, fx, need, where, sub) if self._may_fit(fx, need) else None
+            got = place_pod_set(self.cap, fx, need, where, sub, self.scorer) if self._may_fit(fx, need) else None
             if got is None:
                 self.cap.undo(sub, taken=True)
                 if miss is None or not miss.is_capacity:
