@@ -1,6 +1,7 @@
 """Plotly figures of a team's quota usage over time. Pure: samples in, figure out."""
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
@@ -19,7 +20,11 @@ SERIES = (
 )
 
 
-def usage_history_figure(points: Sequence[HourPoint], *, flavor_name: str, days: int) -> go.Figure:
+def usage_history_figure(
+    points: Sequence[HourPoint], *, flavor_name: str, days: int, now: dt.datetime | None = None
+) -> go.Figure:
+    """With `now`, the x axis spans exactly the last `days` days, so a young queue's short history
+    reads as short instead of being stretched over the whole chart."""
     fig = go.Figure()
     x = [p.at for p in points]
     for attr, label, colour, dash in SERIES:
@@ -41,6 +46,8 @@ def usage_history_figure(points: Sequence[HourPoint], *, flavor_name: str, days:
         legend={"orientation": "h", "y": -0.2},
         template="plotly_white",
     )
+    if now is not None:
+        fig.update_xaxes(range=[now - dt.timedelta(days=days), now])
     return fig
 
 

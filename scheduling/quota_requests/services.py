@@ -475,8 +475,8 @@ def _mark_reviewed(quota_request: QuotaRequest, *, actor: Actor, state: str, com
 
 def _request_dict(quota_request: QuotaRequest) -> dict:
     return {
-        "team": quota_request.team_id,
-        "queue": quota_request.queue_id,
+        "team": quota_request.team.name,
+        "queue": quota_request.queue.name,
         "flavor": quota_request.flavor.name,
         "requested_nominal": quota_request.requested_nominal,
         "requested_borrowing_limit": quota_request.requested_borrowing_limit,

@@ -70,9 +70,9 @@ def _history_charts(queue_ids, snapshot: selectors.UsageSnapshot, now: dt.dateti
         week = [p for p in points if p.at >= week_ago]
         out.append({
             "flavor": name,
-            "week": charts.figure_html(charts.usage_history_figure(week, flavor_name=name, days=7),
+            "week": charts.figure_html(charts.usage_history_figure(week, flavor_name=name, days=7, now=now),
                                        div_id=f"usage-7d-{flavor_id}"),
-            "month": charts.figure_html(charts.usage_history_figure(points, flavor_name=name, days=30),
+            "month": charts.figure_html(charts.usage_history_figure(points, flavor_name=name, days=30, now=now),
                                         div_id=f"usage-30d-{flavor_id}"),
         })
     return out
@@ -89,7 +89,8 @@ def quota_request_list(request: HttpRequest) -> HttpResponse:
     )
     visible = selectors.quota_requests_visible_to(request.user)
     requests = list(visible.annotate(open_first=open_first).order_by("open_first", "-created_at", "-id")[:200])
-    open_requests = [r for r in requests if r.state == S.SUBMITTED]
+    # Reviewed oldest first, like any queue; the rest newest first.
+    open_requests = sorted((r for r in requests if r.state == S.SUBMITTED), key=lambda r: (r.created_at, r.pk))
     contexts = selectors.review_contexts(open_requests)
     operator = is_operator(request.user)
     return render(
@@ -121,8 +122,13 @@ def quota_request_new(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Quota request #{quota_request.pk} submitted; operators have been notified.")
             return redirect("scheduling:quota-request-detail", request_id=quota_request.pk)
-    return render(request, "scheduling/quota_requests/quota_request_form.html", {"form": form},
-                  status=400 if form.errors else 200)
+    queue_ids = [q.pk for q in form.fields["queue"].queryset]
+    return render(
+        request,
+        "scheduling/quota_requests/quota_request_form.html",
+        {"form": form, "current": selectors.usage_now().labelled(queue_ids)},
+        status=400 if form.errors else 200,
+    )
 
 
 def quota_request_detail(request: HttpRequest, request_id: int) -> HttpResponse:

@@ -4,6 +4,7 @@ both actions in its history. Saves artifacts/quota-request-*.png."""
 from __future__ import annotations
 
 import datetime as dt
+import io
 import os
 
 import pytest
@@ -32,12 +33,12 @@ def browser(chromium_path):
         browser.close()
 
 
-def log_in(browser, live_server, username: str):
+def log_in(browser, live_server, username: str, password: str | None = None):
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     page.goto(f"{live_server.url}/login/")
     page.fill("#id_username", username)
-    page.fill("#id_password", f"pw-{username}")
+    page.fill("#id_password", password or f"pw-{username}")
     page.click("button[type=submit]")
     page.wait_for_url(f"{live_server.url}/")
     return page
@@ -88,3 +89,50 @@ def test_a_team_member_files_and_an_operator_approves(transactional_db, live_ser
     expect(history).to_contain_text("Fits the fleet; go ahead.")
     expect(history).to_contain_text("quota.apply")
     member.screenshot(path=str(artifacts_dir / "quota-request-team-page.png"), full_page=True)
+
+
+def test_a_new_user_walks_the_demo_loop(transactional_db, live_server, browser, artifacts_dir):
+    """On the demo data: alice sees her pending request, files and withdraws another; ops approves
+    hers without an override, is warned about bob's, denies it; alice sees 44 H100s."""
+    from django.core.management import call_command
+    from playwright.sync_api import expect
+
+    call_command("load_demo", verbosity=0, stdout=io.StringIO())
+    mine = QuotaRequest.objects.get(team__name="research", state="submitted")
+    bobs = QuotaRequest.objects.get(team__name="inference", state="submitted")
+    team_url = f"{live_server.url}/scheduling/teams/{mine.team_id}/"
+
+    alice = log_in(browser, live_server, "alice", "alice-demo")
+    alice.goto(team_url)
+    h100_row = alice.locator(f"#usage-table tr[data-flavor='{mine.flavor.name}'] td.nominal")
+    expect(h100_row).to_have_text("40")
+    expect(alice.locator(f".request-table tr[data-request='{mine.pk}']")).to_contain_text("Submitted")
+    alice.click(".page-head a.button")
+    alice.select_option("#id_flavor", label="A100-SXM-80GB")
+    alice.fill("#id_requested_nominal", "20")
+    alice.fill("#id_justification", "Ablations for the 70B run.")
+    alice.click(".qr-form button[type=submit]")
+    expect(alice.locator(".review-context .notice")).to_contain_text("only with an override")
+    alice.click(".withdraw-form button")
+    expect(alice.locator(".page-head .badge")).to_have_text("Withdrawn")
+
+    ops = log_in(browser, live_server, "ops", "ops-demo")
+    ops.goto(f"{live_server.url}/scheduling/quota-requests/")
+    card = ops.locator(f"#request-{mine.pk}")
+    expect(card.locator(".review-context")).to_contain_text("60 now → 64 if approved, against 64 GPUs")
+    expect(card.locator("input[name=override]")).to_have_count(0)
+    expect(ops.locator(f"#request-{bobs.pk} .review-context .notice")).to_contain_text("Approval needs the override")
+    ops.screenshot(path=str(artifacts_dir / "quota-request-demo-review-queue.png"), full_page=True)
+    card.locator(f"#approve-comment-{mine.pk}").fill("Evaluation's four H100s are yours for the run.")
+    card.get_by_role("button", name=f"Approve #{mine.pk}").click()
+    expect(ops.locator(".messages")).to_contain_text(f"Request #{mine.pk} approved and applied")
+    ops.locator(f"#deny-comment-{bobs.pk}").fill("The A100 pool is full; borrow from the cohort.")
+    ops.get_by_role("button", name=f"Deny #{bobs.pk}").click()
+    expect(ops.locator(".messages")).to_contain_text(f"Request #{bobs.pk} denied")
+
+    alice.goto(team_url)
+    expect(h100_row).to_have_text("44")
+    history = alice.locator(".audit-table")
+    for verb in ("quota_request.submit", "quota_request.withdraw", "quota_request.approve", "quota.apply"):
+        expect(history).to_contain_text(verb)
+    alice.screenshot(path=str(artifacts_dir / "quota-request-demo-team-page.png"), full_page=True)

@@ -113,6 +113,12 @@ def test_the_usage_figure_has_every_series():
     assert "H100: last 7 days" in fig.layout.title.text
 
 
+def test_the_30_day_figure_spans_30_days_however_short_the_history():
+    points = [selectors.HourPoint(at=NOW, nominal=8, in_use=6, utilised=4, borrowed=0, lent=1, pending_demand=2)]
+    fig = charts.usage_history_figure(points, flavor_name="H100", days=30, now=NOW)
+    assert tuple(fig.layout.xaxis.range) == (NOW - dt.timedelta(days=30), NOW)
+
+
 def test_the_beat_schedule_runs_both_tasks():
     tasks_named = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
     assert {tasks.quota_usage_sample_task.name, tasks.quota_requests_tick_task.name} <= tasks_named
@@ -157,18 +163,46 @@ def test_the_sample_task_writes_samples(research_queue):
     assert QueueUsageSample.objects.filter(queue=research_queue).exists()
 
 
-def test_the_demo_adds_history_and_one_open_request_once(db, django_capture_on_commit_callbacks):
-    from fleet.demo import H100_FLAVOR, demo_load
+def test_the_demo_tells_a_story_a_new_user_can_walk(db, django_capture_on_commit_callbacks):
+    from django.core import mail
+
+    from core.models import AuditEvent
+    from fleet.demo import A100_FLAVOR, H100_FLAVOR, demo_load
+    from scheduling.models import QueueQuota
     from scheduling.quota_requests import demo
 
     demo_load()
-    first = demo.load(now=NOW)
-    assert first.request is not None and first.request.state == S.SUBMITTED
-    assert first.request.requested_by.username == "alice"
+    with django_capture_on_commit_callbacks(execute=True):
+        first = demo.load(now=NOW)
+
+    # alice's open request fits the four H100s evaluation gave back: approvable without override.
+    assert first.request.state == S.SUBMITTED and first.request.requested_by.username == "alice"
     assert first.request.flavor.name == H100_FLAVOR
-    assert first.samples > 9 * 6 * 24 * 6
+    giveback, inference = first.others
+    assert (giveback.team.name, giveback.state, giveback.previous_nominal) == ("evaluation", S.APPLIED, 8)
+    assert QueueQuota.objects.get(queue__team__name="evaluation", flavor__name=H100_FLAVOR).nominal == 4
+    contexts = selectors.review_contexts([first.request, inference], now=NOW)
+    assert not contexts[first.request.pk].oversubscribed
+    assert contexts[first.request.pk].flavor_sum_after == contexts[first.request.pk].capacity == 64
+    # bob's A100 boost shows the oversubscription warning.
+    assert inference.flavor.name == A100_FLAVOR and contexts[inference.pk].oversubscribed
+
+    # The give-back happened days ago: its audit trail says so, and nobody is mailed about it today.
+    trail = AuditEvent.objects.for_target(giveback).order_by("at", "id")
+    assert [e.verb for e in trail] == ["quota_request.submit", "quota_request.approve", "quota_request.apply"]
+    assert all(e.at <= NOW - demo.GIVEBACK_REVIEWED for e in trail)
+    assert not any(f"#{giveback.pk} " in m.subject for m in mail.outbox)
+    assert {m.subject.split(" for ")[1] for m in mail.outbox} == {"research: submitted", "inference: submitted"}
+
+    # 30 days of history; evaluation's H100 nominal drops from 8 to 4 when the give-back applied.
+    assert first.samples > 9 * 6 * 24 * 29
+    evaluation = QueueUsageSample.objects.filter(queue__team__name="evaluation", flavor__name=H100_FLAVOR)
+    assert set(evaluation.filter(at__lt=giveback.applied_at).values_list("nominal", flat=True)) == {8}
+    assert set(evaluation.filter(at__gt=giveback.applied_at).values_list("nominal", flat=True)) == {4}
+
     again = demo.load(now=NOW)
-    assert (again.samples, again.request) == (0, None)
+    assert (again.samples, again.request, again.others) == (0, None, [])
+    assert again.summary() == "Quota usage samples: 0; quota requests: already there"
     kinds = {(s.team.name, s.flavor.name): s.kind for s in selectors.sizing_signals(now=NOW)}
     assert kinds[("research", H100_FLAVOR)] == "pinned"
     assert kinds[("evaluation", H100_FLAVOR)] == "over-provisioned"

@@ -18,8 +18,7 @@ class Command(BaseCommand):
         from scheduling.quota_requests.demo import load as quota_demo_load
 
         quotas = quota_demo_load()
-        self.stdout.write(f"Quota usage samples: {quotas.samples}; open quota request: "
-                          f"{f'#{quotas.request.pk}' if quotas.request else 'already there'}")
+        self.stdout.write(quotas.summary())
         self.stdout.write("Demo logins:")
         for login in DEMO_LOGINS:
             team = f" ({login.team})" if login.team else ""
