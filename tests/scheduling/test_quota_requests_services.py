@@ -13,6 +13,7 @@ from django.utils import timezone
 from core.actors import Actor
 from core.models import AuditEvent
 from scheduling.choices import QuotaRequestState as S
+from scheduling.choices import WorkloadState
 from scheduling.models import QueueQuota, QuotaRequest
 from scheduling.quota_requests import services
 
@@ -423,3 +424,28 @@ def test_suppressed_transitions_send_nothing(make_request, team_member, research
     with django_capture_on_commit_callbacks(execute=True) as callbacks, notifications.suppressed():
         make_request(team_member, research_queue, h100, 12)
     assert callbacks == [] and mail.outbox == []
+
+
+def test_an_approval_takes_effect_in_the_next_placement_round(
+    make_request, team_member, operator, research_queue, h100
+):
+    from scheduling.models import PriorityClass, Workload
+    from scheduling.services import placement_round_run, workload_submit
+
+    QueueQuota.objects.filter(queue=research_queue, flavor=h100).update(borrowing_limit=0)
+    PriorityClass.objects.create(name="batch", value=100)
+    automation = Actor.automation("test")
+    workload = workload_submit(actor=automation, spec={
+        "name": "train-16", "team": "research", "queue": "research-q", "priority_class": "batch",
+        "pod_sets": [{"name": "worker", "replicas": 2, "gpus_per_replica": 8, "flavor": "H100"}],
+    })
+    placement_round_run(actor=automation)
+    workload.refresh_from_db()
+    assert workload.state == WorkloadState.PENDING  # 16 GPUs against a quota of 8, no borrowing
+
+    services.quota_request_approve(actor=Actor.for_user(operator),
+                                   quota_request=make_request(team_member, research_queue, h100, 16))
+    placement_round_run(actor=automation)
+    workload.refresh_from_db()
+    assert workload.state != WorkloadState.PENDING
+    assert Workload.objects.get(pk=workload.pk).allocations.filter(released_at__isnull=True).count() == 16
