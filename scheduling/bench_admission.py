@@ -5,7 +5,9 @@ Kueue's fixture (kubernetes-sigs/kueue, test/performance/scheduler/configs/basel
 gets 350 small (1 unit, runs 200 ms, priority 50, one every 100 ms), 100 medium (5 units,
 500 ms, priority 100, one every 500 ms) and 50 large (20 units, 1 s, priority 200, one every
 1,200 ms) workloads: 15,000 in all. Queues preempt lower priorities in themselves and reclaim
-their nominal quota from the cohort.
+their nominal quota from the cohort. Fleetdeck always reclaims nominal quota from borrowers in
+the cohort; its priority preemption (PriorityClass.may_preempt) reaches the whole fleet rather
+than one queue, so it is off unless --priority-preemption is given.
 
 Here the fleet holds exactly the nominal quotas (30 x 20 = 600 GPUs: 75 nodes x 8, one flavor),
 and every workload goes through PostgreSQL and the services the product runs:
