@@ -5,6 +5,9 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group, User
 from django.db import models
 
 from .actors import Actor
@@ -28,10 +31,8 @@ class AuditEventAdmin(admin.ModelAdmin):
         return False
 
 
-class AuditReasonForm(forms.ModelForm):
-    """An admin form that asks why: the answer goes to the audit log with the change."""
-
-    audit_reason = forms.CharField(
+def _reason_field() -> forms.CharField:
+    return forms.CharField(
         label="Reason for this change", max_length=500, strip=True,
         help_text="Recorded in the audit log with your name and the changed fields.",
     )
@@ -46,19 +47,34 @@ def _jsonable(value: Any) -> Any:
 
 
 def _changes(form: forms.ModelForm) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(before, after) of the fields the form changed; `initial` holds the row as it was loaded."""
-    names = [n for n in form.changed_data if n in form.cleaned_data and n != "audit_reason"]
+    """(before, after) of the model fields the form changed; `initial` holds the row as it was
+    loaded. Form-only fields (a new user's password1/password2) and password hashes stay out."""
+    model_fields = {f.name for f in form._meta.model._meta.get_fields()} - {"password"}
+    names = [n for n in form.changed_data if n in form.cleaned_data and n in model_fields]
     before = {n: _jsonable(form.initial.get(n)) for n in names}
     after = {n: _jsonable(form.cleaned_data[n]) for n in names}
     return before, after
 
 
-class AuditedModelAdmin(admin.ModelAdmin):
+class AuditedAdminMixin:
     """Admin edits are state changes too: the change form asks for a reason, and every create,
     update and delete (its inlines' included) writes an AuditEvent inside the admin's transaction.
     The delete confirmation has no form, so deletions carry a fixed reason."""
 
-    form = AuditReasonForm
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Declared on the admin's own form classes (UserAdmin has a second one for adding), so
+        # modelform_factory accepts it in the fields and every form asks for it.
+        for attr in ("form", "add_form"):
+            if hasattr(self, attr):
+                base = getattr(self, attr)
+                setattr(self, attr, type(base.__name__, (base,), {"audit_reason": _reason_field()}))
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = list(super().get_fieldsets(request, obj))
+        if "audit_reason" not in flatten_fieldsets(fieldsets):
+            fieldsets.append(("Why", {"fields": ("audit_reason",)}))
+        return fieldsets
 
     def _verb(self, obj: models.Model, action: str) -> str:
         return f"{obj._meta.model_name}.admin_{action}"
@@ -96,3 +112,22 @@ class AuditedModelAdmin(admin.ModelAdmin):
             audit_record(actor=actor, verb=self._verb(obj, "delete"), target=obj, reason=ADMIN_DELETE_REASON,
                          before={"repr": str(obj)})
         super().delete_queryset(request, queryset)
+
+
+class AuditedModelAdmin(AuditedAdminMixin, admin.ModelAdmin):
+    pass
+
+
+# Roles are group memberships: who made whom an operator, and why, belongs in the audit log too.
+admin.site.unregister(User)
+admin.site.unregister(Group)
+
+
+@admin.register(User)
+class AuditedUserAdmin(AuditedAdminMixin, UserAdmin):
+    pass
+
+
+@admin.register(Group)
+class AuditedGroupAdmin(AuditedAdminMixin, GroupAdmin):
+    pass

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 from django.core.management import call_command
+from django.forms import MultiWidget
 from django.test import Client
 
 from core.admin import ADMIN_DELETE_REASON
@@ -34,14 +35,22 @@ def form_data(client: Client, url: str) -> dict[str, str]:
         data.update({management[name].html_name: management[name].value() for name in management.fields})
         forms += formset.forms
     for form in forms:
-        for name in form.fields:
+        for name, field in form.fields.items():
             value = form[name].value()
             if value is None or value is False:
                 continue
-            data[form[name].html_name] = "on" if value is True else value
-            if form.fields[name].show_hidden_initial:  # fields with a callable default, e.g. labels
-                data[form[name].html_initial_name] = data[form[name].html_name]
+            put(data, field.widget, form[name].html_name, value)
+            if field.show_hidden_initial:  # fields with a callable default, e.g. labels, date_joined
+                put(data, field.hidden_widget(), form[name].html_initial_name, value)
     return data
+
+
+def put(data: dict, widget, name: str, value) -> None:
+    if isinstance(widget, MultiWidget):  # e.g. a date and a time input for one datetime
+        for i, part in enumerate(widget.decompress(value)):
+            data[f"{name}_{i}"] = part
+    else:
+        data[name] = "on" if value is True else value
 
 
 def test_a_node_edit_needs_a_reason_and_is_audited_with_before_and_after(admin_client):
@@ -100,3 +109,31 @@ def test_the_admin_lists_audit_events_read_only(admin_client):
     assert admin_client.get("/admin/core/auditevent/add/").status_code == 403
     admin_client.post(f"/admin/core/auditevent/{event.pk}/change/", {"reason": "rewritten"})
     assert AuditEvent.objects.get(pk=event.pk).reason == "fan failure"
+
+
+def test_making_someone_an_operator_in_the_admin_is_audited_without_passwords(admin_client):
+    from django.contrib.auth.models import Group, User
+
+    from core.roles import OPERATORS_GROUP, is_operator
+
+    operators = Group.objects.create(name=OPERATORS_GROUP)
+    response = admin_client.post("/admin/auth/user/add/", {
+        "username": "dana", "password1": "a-long-pass-phrase", "password2": "a-long-pass-phrase",
+        "usable_password": "true", "audit_reason": "new on-call engineer"})
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    dana = User.objects.get(username="dana")
+    added = AuditEvent.objects.for_target(dana).get()
+    assert (added.verb, added.reason, added.after) == ("user.admin_add", "new on-call engineer", {"username": "dana"})
+
+    url = f"/admin/auth/user/{dana.pk}/change/"
+    data = {**form_data(admin_client, url), "groups": [operators.pk]}
+    response = admin_client.post(url, data)
+    assert response.status_code == 200 and "audit_reason" in response.context["adminform"].form.errors
+    assert not is_operator(User.objects.get(pk=dana.pk))
+
+    assert admin_client.post(url, {**data, "audit_reason": "joins the ops rota"}).status_code == 302
+    assert is_operator(User.objects.get(pk=dana.pk))
+    change = AuditEvent.objects.for_target(dana).get(verb="user.admin_change")
+    assert (change.actor, change.reason, change.before, change.after) == (
+        "root", "joins the ops rota", {"groups": []}, {"groups": [operators.pk]})
+    assert "a-long-pass-phrase" not in str(list(AuditEvent.objects.values_list("before", "after")))
