@@ -36,7 +36,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from .pci import normalize_pci_bus_id
-from .xid_catalog import Action, Category, action_for, lookup, recovery_action_from_text
+from .xid_catalog import Action, Category, action_for, is_recovery_directive, lookup, recovery_action_from_text
 
 KIND_XID = "xid"
 KIND_FALLEN_OFF_BUS = "fallen_off_bus"
@@ -225,7 +225,7 @@ def _xid_events(number: int, text: str, raw: str, meta_of: Callable[[], _Prefix]
         pid, name, message = _pid_name(match["rest"])
         message = _clean_message(message, repeat > 1)
         caused = _CAUSED_BY.search(message)
-        recovery = recovery_action_from_text(message) if xid == 154 else None
+        recovery = recovery_action_from_text(message) if is_recovery_directive(xid) else None
         events.append(
             KernelEvent(
                 line=number, kind=KIND_XID, xid=xid, pci_bus_id=normalize_pci_bus_id(match["pci"]),

@@ -16,6 +16,7 @@ Public API:
                         one signal with `count` (sum of counts) and `last_at`
     PolicyContext       now, workloads on the node (WorkloadRef), prior NCCL offences per node, thresholds
     decide(signal, context) -> list[PolicyAction]
+    action_of(signal) -> Action  the catalog action a device signal maps to (what decide() looks up)
     PolicyAction types  CordonNode(node, reason), MarkGpu(uuid, health), StopGangsOnNode(node, requeue=True),
                         OpenRepairTicket(node, evidence, remedy), AnnotateWorkload(workload_id, text),
                         MarkNodesSuspect(nodes), Quarantine(node, reason), Requeue(workload_id, reason);
@@ -249,7 +250,8 @@ WORKLOAD_STEPS: dict[SignalKind, tuple[str, ...]] = {
 }
 
 
-def _action_of(signal: HealthSignal) -> Action:
+def action_of(signal: HealthSignal) -> Action:
+    """The catalog action behind a device signal (application signals use WORKLOAD_STEPS instead)."""
     if signal.kind is SignalKind.DCGM_HEALTH and signal.severity == SEVERITY_WARNING:
         return Action.MARK_SUSPECT
     if signal.action is not None:
@@ -262,7 +264,7 @@ def _action_of(signal: HealthSignal) -> Action:
 def steps_for(signal: HealthSignal) -> tuple[str, ...]:
     if signal.kind in WORKLOAD_STEPS:
         return WORKLOAD_STEPS[signal.kind]
-    return ACTION_STEPS[_action_of(signal)]
+    return ACTION_STEPS[action_of(signal)]
 
 
 def _label(signal: HealthSignal) -> str:
@@ -307,7 +309,7 @@ def _step_stop_gangs(signal: HealthSignal, context: PolicyContext) -> list[Polic
 
 
 def _step_ticket(signal: HealthSignal, context: PolicyContext) -> list[PolicyAction]:
-    return [OpenRepairTicket(signal.node, evidence=_evidence(signal), remedy=_action_of(signal).value)]
+    return [OpenRepairTicket(signal.node, evidence=_evidence(signal), remedy=action_of(signal).value)]
 
 
 def _step_annotate(signal: HealthSignal, context: PolicyContext) -> list[PolicyAction]:

@@ -17,14 +17,20 @@ Public API:
     CATALOG             dict[int, XidInfo] covering every code of the catalog file
     lookup(code)        XidInfo; unknown codes get Category.UNKNOWN / Action.ALERT
     action_for(code, message)
-                        the action for one concrete event: the table's action refined by the text
-                        (63/64 remap failure, 144-150 Fatal/Nonfatal, 154 recovery action)
+                        the action for one concrete event: the table's action refined by the text as
+                        the row's `refine` column says (63/64 remap failure, 144-150 Fatal/Nonfatal,
+                        154 recovery action)
+    is_recovery_directive(code), RECOVERY_XID
+                        the Xid (154) whose text carries a recovery action
+    recovery_action_for_code(code) -> Action
+                        NVML's recovery-action value (the agent's field read) as our action
     recovery_action_from_text(message) -> RecoveryAction | None
                         parses Xid 154 "... changed from 0x0 (None) to 0x1 (GPU Reset Required)"
 """
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -72,6 +78,9 @@ class XidInfo:
     category: Category
     action: Action
     nvidia_action: str
+    # How the event text refines `action`: "" (never), "remap" (63/64: "failed" escalates), "nvlink5"
+    # (144-150: "Fatal" escalates), "recovery" (154: the target recovery action decides).
+    refine: str = ""
 
     @property
     def remediates_node(self) -> bool:
@@ -79,8 +88,9 @@ class XidInfo:
 
 
 C, A = Category, Action
-# (code, mnemonic, NVIDIA description, category, default action, NVIDIA immediate action)
-_ROWS: tuple[tuple[int, str, str, Category, Action, str], ...] = (
+REMAP, NVLINK5, RECOVERY = "remap", "nvlink5", "recovery"
+# (code, mnemonic, NVIDIA description, category, default action, NVIDIA immediate action[, text refinement])
+_ROWS: tuple[tuple, ...] = (
     (8, "ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT", "GPU stopped processing", C.APPLICATION, A.ANNOTATE_WORKLOAD,
      "RESTART_APP"),
     (13, "ROBUST_CHANNEL_GR_EXCEPTION", "Graphics Engine Exception", C.APPLICATION, A.ANNOTATE_WORKLOAD,
@@ -102,8 +112,10 @@ _ROWS: tuple[tuple[int, str, str, Category, Action, str], ...] = (
     (61, "PMU_BREAKPOINT", "Unused (in Ampere+ catalog)", C.UNKNOWN, A.ALERT, "CONTACT_SUPPORT"),
     (62, "PMU_HALT_ERROR", "Internal micro-controller halt (newer drivers)", C.FIRMWARE, A.RESET_GPU, "RESET_GPU"),
     # 63 is a successful remap pending a reset; only its failure wording escalates (see action_for).
-    (63, "INFOROM_DRAM_RETIREMENT_EVENT", "GPU memory remapping event", C.MEMORY, A.MARK_SUSPECT, "IGNORE"),
-    (64, "INFOROM_DRAM_RETIREMENT_FAILURE", "GPU memory remapping failure", C.MEMORY, A.RESET_GPU, "RESET_GPU"),
+    (63, "INFOROM_DRAM_RETIREMENT_EVENT", "GPU memory remapping event", C.MEMORY, A.MARK_SUSPECT, "IGNORE",
+     REMAP),
+    (64, "INFOROM_DRAM_RETIREMENT_FAILURE", "GPU memory remapping failure", C.MEMORY, A.RESET_GPU, "RESET_GPU",
+     REMAP),
     (68, "ROBUST_CHANNEL_NVDEC0_ERROR", "NVDEC0 Exception", C.APPLICATION, A.ANNOTATE_WORKLOAD, "RESTART_APP"),
     (69, "ROBUST_CHANNEL_GR_CLASS_ERROR", "Graphics Engine class error", C.APPLICATION, A.ANNOTATE_WORKLOAD,
      "RESTART_APP"),
@@ -128,15 +140,16 @@ _ROWS: tuple[tuple[int, str, str, Category, Action, str], ...] = (
     (140, "UNRECOVERABLE_ECC_ERROR_ESCAPE", "ECC Unrecovered Error", C.MEMORY, A.RESET_GPU, "RESET_GPU"),
     (143, "GPU_INIT_ERROR", "GPU Initialization Error", C.HARDWARE, A.RESET_GPU, "RESET_GPU"),
     # 144-150: the line says Fatal or Nonfatal; the default (no token) is to log (see action_for).
-    (144, "NVLINK_SAW_ERROR", "NVLINK: SAW Error", C.NVLINK, A.NONE, "WORKFLOW_NVLINK5_ERR"),
-    (145, "NVLINK_RLW_ERROR", "NVLINK: RLW Error", C.NVLINK, A.NONE, "WORKFLOW_NVLINK5_ERR"),
-    (146, "NVLINK_TLW_ERROR", "NVLINK: TLW Error", C.NVLINK, A.NONE, "WORKFLOW_NVLINK5_ERR"),
-    (147, "NVLINK_TREX_ERROR", "NVLINK: TREX Error", C.NVLINK, A.NONE, "WORKFLOW_NVLINK5_ERR"),
-    (148, "NVLINK_NVLPW_CTRL_ERROR", "NVLINK: NVLPW_CTRL Error", C.NVLINK, A.NONE, "WORKFLOW_NVLINK5_ERR"),
-    (149, "NVLINK_NETIR_ERROR", "NVLINK: NETIR Error", C.NVLINK, A.NONE, "WORKFLOW_NVLINK5_ERR"),
-    (150, "NVLINK_MSE_ERROR", "NVLINK: MSE Error", C.NVLINK, A.NONE, "WORKFLOW_NVLINK5_ERR"),
+    (144, "NVLINK_SAW_ERROR", "NVLINK: SAW Error", C.NVLINK, A.NONE, "WORKFLOW_NVLINK5_ERR", NVLINK5),
+    (145, "NVLINK_RLW_ERROR", "NVLINK: RLW Error", C.NVLINK, A.NONE, "WORKFLOW_NVLINK5_ERR", NVLINK5),
+    (146, "NVLINK_TLW_ERROR", "NVLINK: TLW Error", C.NVLINK, A.NONE, "WORKFLOW_NVLINK5_ERR", NVLINK5),
+    (147, "NVLINK_TREX_ERROR", "NVLINK: TREX Error", C.NVLINK, A.NONE, "WORKFLOW_NVLINK5_ERR", NVLINK5),
+    (148, "NVLINK_NVLPW_CTRL_ERROR", "NVLINK: NVLPW_CTRL Error", C.NVLINK, A.NONE, "WORKFLOW_NVLINK5_ERR", NVLINK5),
+    (149, "NVLINK_NETIR_ERROR", "NVLINK: NETIR Error", C.NVLINK, A.NONE, "WORKFLOW_NVLINK5_ERR", NVLINK5),
+    (150, "NVLINK_MSE_ERROR", "NVLINK: MSE Error", C.NVLINK, A.NONE, "WORKFLOW_NVLINK5_ERR", NVLINK5),
     # 154 carries the directive for the Xid it accompanies; the action comes from its text.
-    (154, "GPU_RECOVERY_ACTION_CHANGED", "GPU Recovery Action Changed", C.RECOVERY, A.ALERT, "XID_154"),
+    (154, "GPU_RECOVERY_ACTION_CHANGED", "GPU Recovery Action Changed", C.RECOVERY, A.ALERT, "XID_154",
+     RECOVERY),
     # Intentional link-down (incl. SLEEP) also raises 155: too false-positive prone to reset on.
     (155, "NVLINK_SW_DEFINED_ERROR", "NVLINK: SW Defined Error", C.NVLINK, A.ALERT, "RESET_GPU"),
     (156, "RESOURCE_RETIREMENT_EVENT", "Resource Retirement Event", C.MEMORY, A.DRAIN_AND_RESET, "RESET_GPU"),
@@ -222,15 +235,44 @@ def recovery_action_from_text(message: str) -> RecoveryAction | None:
     )
 
 
+def _refine_remap(info: XidInfo, message: str) -> Action:
+    # Page-retirement and row-remap wordings both say "failed" when the repair did not happen.
+    return Action.RESET_GPU if _REMAP_FAILURE.search(message) else info.action
+
+
+def _refine_nvlink5(info: XidInfo, message: str) -> Action:
+    return Action.DRAIN_AND_RESET if _NVLINK5_FATAL.search(message) else info.action
+
+
+def _refine_recovery(info: XidInfo, message: str) -> Action:
+    recovery = recovery_action_from_text(message)
+    return recovery.action if recovery is not None else info.action
+
+
+# The table's `refine` column names one of these.
+_REFINERS: dict[str, Callable[[XidInfo, str], Action]] = {
+    REMAP: _refine_remap,
+    NVLINK5: _refine_nvlink5,
+    RECOVERY: _refine_recovery,
+}
+
+
 def action_for(code: int, message: str = "") -> Action:
     """The automatic action for one Xid event: the catalog's default refined by the event text."""
     info = lookup(code)
-    if code in (63, 64):
-        # Page-retirement and row-remap wordings both say "failed" when the repair did not happen.
-        return Action.RESET_GPU if _REMAP_FAILURE.search(message) else info.action
-    if 144 <= code <= 150:
-        return Action.DRAIN_AND_RESET if _NVLINK5_FATAL.search(message) else info.action
-    if code == 154:
-        recovery = recovery_action_from_text(message)
-        return recovery.action if recovery is not None else info.action
-    return info.action
+    refine = _REFINERS.get(info.refine)
+    return info.action if refine is None else refine(info, message)
+
+
+def is_recovery_directive(code: int) -> bool:
+    """Xid 154 and its kind: the event carries a recovery action for an Xid it accompanies."""
+    return lookup(code).refine == RECOVERY
+
+
+def recovery_action_for_code(code: int) -> Action:
+    """Our action for an NVML nvmlDeviceGpuRecoveryAction_t value (the agent reads it as a field)."""
+    return RECOVERY_CODE_ACTIONS.get(code, Action.ALERT)
+
+
+# The Xid whose message (or NVML field) carries a recovery action, from the table.
+RECOVERY_XID = next(code for code, info in CATALOG.items() if info.refine == RECOVERY)

@@ -19,15 +19,13 @@ from fleet.models import Gpu, Node
 from health.choices import EventSource, Reporter, TicketState
 from health.core import policy
 from health.core.pci import normalize_pci_bus_id
-from health.core.xid_catalog import Action, Category, lookup
+from health.core.xid_catalog import RECOVERY_XID, Action, Category, lookup, recovery_action_for_code
 from health.models import AgentStatus, BurnInResult
 
 from .events import SignalOutcome, signals_apply
 from .liveness import node_seen
 from .readings import ReadingRow, readings_store
 
-# NVML nvmlDeviceGpuRecoveryAction_t -> our action (1 reset, 2 reboot, 3 drain peer-to-peer, 4 drain and reset).
-_RECOVERY_ACTIONS = {1: Action.RESET_GPU, 2: Action.REBOOT_NODE, 3: Action.MARK_SUSPECT, 4: Action.DRAIN_AND_RESET}
 # A parked index for GPUs being renumbered (unique node+index), as fleet's importer does.
 _PARKING_INDEX = 30000
 
@@ -177,9 +175,15 @@ def heartbeat_signals(node: Node, payload: HeartbeatPayload) -> list[policy.Heal
         if gpu.row_remap.pending:
             signals.append(_level(policy.SignalKind.ROW_REMAP_PENDING, node, gpu, "row_remap.pending=true",
                                   category=Category.MEMORY))
-        if gpu.recovery_action and gpu.recovery_action in _RECOVERY_ACTIONS:
+        if gpu.retired_pages.pending:
+            # Pre-Ampere boards retire pages instead of remapping rows: pending until the GPU resets.
+            signals.append(_level(policy.SignalKind.ROW_REMAP_PENDING, node, gpu, "retired_pages.pending=true",
+                                  category=Category.MEMORY))
+        recovery = recovery_action_for_code(gpu.recovery_action) if gpu.recovery_action else Action.NONE
+        if recovery is not Action.NONE:
+            # NVML's recovery-action field is what Xid 154 announces in the kernel log.
             signals.append(_level(policy.SignalKind.XID, node, gpu, f"recovery_action={gpu.recovery_action}",
-                                  xid=154, category=Category.RECOVERY, action=_RECOVERY_ACTIONS[gpu.recovery_action]))
+                                  xid=RECOVERY_XID, category=lookup(RECOVERY_XID).category, action=recovery))
     signals.extend(_event_signal(node, event) for event in payload.events)
     return signals
 

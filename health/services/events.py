@@ -18,7 +18,7 @@ from core.actors import Actor
 from fleet.models import Gpu, Node
 from health.choices import EventKind, EventSource, Severity
 from health.core import policy
-from health.core.xid_catalog import Action, action_for, is_node_remediation
+from health.core.xid_catalog import Action, is_node_remediation
 from health.models import HealthEvent
 
 from .remediation import actions_execute, policy_context
@@ -52,15 +52,7 @@ def storm_key_of(signal: policy.HealthSignal) -> str:
 
 def _catalog_action(signal: policy.HealthSignal) -> str:
     """The catalog action behind the signal (what decide() looks up); empty for application faults."""
-    if signal.kind in policy.WORKLOAD_STEPS:
-        return ""
-    if signal.kind is policy.SignalKind.DCGM_HEALTH and signal.severity == policy.SEVERITY_WARNING:
-        return str(Action.MARK_SUSPECT)
-    if signal.action is not None:
-        return str(signal.action)
-    if signal.kind is policy.SignalKind.XID and signal.xid is not None:
-        return str(action_for(signal.xid, signal.evidence))
-    return str(policy.KIND_ACTIONS.get(signal.kind, Action.NONE))
+    return "" if signal.kind in policy.WORKLOAD_STEPS else str(policy.action_of(signal))
 
 
 def _severity(signal: policy.HealthSignal, action: str) -> str:

@@ -158,3 +158,25 @@ def test_ticket_api_permissions_and_transitions(cluster, operator, viewer):
 
 def test_xid_constant_is_a_real_catalog_line(shared_dir):
     assert XID_79 in (shared_dir / "telemetry/xid/xid_lines.txt").read_text()
+
+
+@pytest.mark.parametrize(
+    ("gpu0", "kinds", "action", "node_state"),
+    [
+        # NVML's recovery-action field means what Xid 154's label means: 3 (Drain P2P) drains and resets.
+        ({"recovery_action": 3}, ["xid"], "drain_and_reset", "in_repair"),
+        ({"recovery_action": 2}, ["xid"], "reboot_node", "in_repair"),
+        ({"recovery_action": 0}, [], None, "ready"),
+        # A pre-Ampere board's pending page retirement waits for a reset, like a pending row remap.
+        ({"retired_pages": {"dbe": 1, "sbe": 0, "pending": True}}, ["row_remap_pending"], "mark_suspect", "ready"),
+    ],
+)
+def test_agent_recovery_action_and_retired_pages_go_through_the_catalog(n1, gpu0, kinds, action, node_state):
+    assert n1.post("/api/v1/agent/register/", _register_body(), format="json").status_code == 201
+    response = n1.post("/api/v1/agent/heartbeat/", _heartbeat_body(1, **gpu0), format="json")
+    assert response.status_code == 200, response.content
+    events = list(HealthEvent.objects.values_list("kind", "action", "xid"))
+    assert [kind for kind, _, _ in events] == kinds
+    if action:
+        assert events[0][1] == action and events[0][2] == (154 if kinds == ["xid"] else None)
+    assert Node.objects.get(name="n1").state == node_state

@@ -9,11 +9,14 @@ import pytest
 from health.core.xid_catalog import (
     CATALOG,
     NODE_REMEDIATION,
+    RECOVERY_XID,
     Action,
     Category,
     action_for,
     is_node_remediation,
+    is_recovery_directive,
     lookup,
+    recovery_action_for_code,
     recovery_action_from_text,
 )
 
@@ -137,3 +140,40 @@ def test_nvlink5_fatal_drains_and_nonfatal_only_logs():
 def test_unknown_codes_raise_an_alert():
     info = lookup(999)
     assert info.category is Category.UNKNOWN and info.action is Action.ALERT
+
+
+def test_text_refinement_is_a_column_of_the_table():
+    refined = {code: info.refine for code, info in CATALOG.items() if info.refine}
+    assert refined == {63: "remap", 64: "remap", **dict.fromkeys(range(144, 151), "nvlink5"), 154: "recovery"}
+    assert RECOVERY_XID == 154 and is_recovery_directive(154) and not is_recovery_directive(79)
+
+
+@pytest.mark.parametrize(
+    ("code", "action"),
+    [(0, Action.NONE), (1, Action.RESET_GPU), (2, Action.REBOOT_NODE), (3, Action.DRAIN_AND_RESET),
+     (4, Action.DRAIN_AND_RESET), (7, Action.REBOOT_NODE), (99, Action.ALERT)],
+)
+def test_nvml_recovery_values_mean_what_the_xid_154_labels_mean(code, action):
+    assert recovery_action_for_code(code) is action
+    assert action_for(154, f"GPU recovery action changed from 0x0 (None) to {code:#x}") is action
+
+
+# Comparisons of an Xid (or a catalog code) with a number literal: what the table replaces.
+_CODE_CHAIN = re.compile(
+    r"\b(?:xid\w*|code)\s*(?:==|!=|<=|>=|<|>|(?:not\s+)?in)\s*[\(\[\{]?\s*\d"
+    r"|\b\d+\s*(?:<=|<)\s*(?:xid\w*|code)\b",
+    re.IGNORECASE,
+)
+
+
+def test_no_code_outside_the_catalog_branches_on_xid_numbers():
+    root = Path(__file__).resolve().parents[2]
+    sources = [*root.glob("health/**/*.py"), *root.glob("fleet/agent/*.py"), *root.glob("fleet/backends/**/*.py")]
+    offenders = [
+        f"{path.relative_to(root)}:{number}: {line.strip()}"
+        for path in sources
+        if path.name != "xid_catalog.py" and "migrations" not in path.parts
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if _CODE_CHAIN.search(line.split("#")[0])
+    ]
+    assert offenders == []
