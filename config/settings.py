@@ -197,6 +197,8 @@ FLEETDECK = {
     "NCCL_QUARANTINE_WINDOW_S": env_int("NCCL_QUARANTINE_WINDOW_S", 86400),
     "WATCHDOG_STALE_SECONDS": env_int("WATCHDOG_STALE_SECONDS", 900),
     "DCGM_SCRAPE_SECONDS": env_int("DCGM_SCRAPE_SECONDS", 15),
+    # One exporter's whole answer must arrive within this (connecting within 2 s of it).
+    "DCGM_SCRAPE_TIMEOUT_SECONDS": env_int("DCGM_SCRAPE_TIMEOUT_SECONDS", 5),
     # Slurm back-end (fleet/backends/slurm): inventory sync, drain/resume mirroring, executor.
     "SLURM_ENABLED": env_bool("SLURM_ENABLED", False),
     "SLURM_SYNC_SECONDS": env_int("SLURM_SYNC_SECONDS", 30),

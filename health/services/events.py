@@ -172,7 +172,9 @@ def condition_record(
     dedup = hashlib.sha256(f"condition|{kind}|{key}".encode()).hexdigest()
     event = HealthEvent.objects.filter(dedup_key=dedup).first()
     if event is not None:
-        HealthEvent.objects.filter(pk=event.pk).update(count=F("count") + 1, last_seen=now, evidence=evidence[:4000])
+        # Seen again: current again, even if an earlier recovery had resolved it.
+        HealthEvent.objects.filter(pk=event.pk).update(count=F("count") + 1, last_seen=now, evidence=evidence[:4000],
+                                                       resolved_at=None)
         event.refresh_from_db()
         return event, False
     event = HealthEvent.objects.create(

@@ -1,7 +1,8 @@
 """Pulling each node's dcgm-exporter /metrics (the beat task every 15 s).
 
-Fetches run concurrently (I/O bound, short timeouts); each node's ingest is its own transaction,
-so one bad node never blocks the rest. A failed scrape is a health event of the node, not a crash."""
+Fetches run concurrently (I/O bound, short timeouts, at most 5 MB read); each node's ingest is its
+own transaction, so one bad node never blocks the rest. A failed scrape is a health event of the
+node, not a crash, and the next good scrape of the node resolves it."""
 from __future__ import annotations
 
 import logging
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import httpx
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
@@ -17,12 +19,17 @@ from fleet.models import Node
 from health.choices import EventKind, EventSource, Severity
 
 from .dcgm import dcgm_ingest
-from .events import condition_record
+from .events import condition_record, condition_resolve
 
 log = logging.getLogger(__name__)
-TIMEOUT = httpx.Timeout(5.0, connect=2.0)
 MAX_BYTES = 5 * 1024 * 1024
 WORKERS = 16
+
+
+def scrape_timeout() -> httpx.Timeout:
+    """FLEETDECK["DCGM_SCRAPE_TIMEOUT_SECONDS"] for the whole read, connecting in at most 2 s."""
+    seconds = float(settings.FLEETDECK.get("DCGM_SCRAPE_TIMEOUT_SECONDS", 5))
+    return httpx.Timeout(seconds, connect=min(2.0, seconds))
 
 
 @dataclass
@@ -32,11 +39,15 @@ class ScrapeOutcome:
 
 
 def _fetch(client: httpx.Client, url: str) -> str:
-    response = client.get(url)
-    response.raise_for_status()
-    if len(response.content) > MAX_BYTES:
-        raise ValueError(f"response larger than {MAX_BYTES} bytes")
-    return response.text
+    # Streamed, so an exporter gone wrong cannot make the worker hold more than MAX_BYTES.
+    with client.stream("GET", url) as response:
+        response.raise_for_status()
+        body = bytearray()
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > MAX_BYTES:
+                raise ValueError(f"response larger than {MAX_BYTES // (1024 * 1024)} MB")
+    return body.decode(response.encoding or "utf-8", errors="replace")
 
 
 def _failed(node: Node, error: str, now: datetime) -> None:
@@ -45,13 +56,15 @@ def _failed(node: Node, error: str, now: datetime) -> None:
                          evidence=f"scrape of {node.exporter_url} failed: {error}", key=f"{node.pk}|{error}", now=now)
 
 
-def exporters_scrape(*, now: datetime, transport: httpx.BaseTransport | None = None) -> ScrapeOutcome:
+def exporters_scrape(
+    *, now: datetime, transport: httpx.BaseTransport | None = None, timeout: httpx.Timeout | None = None
+) -> ScrapeOutcome:
     """Scrape every node with an exporter_url and ingest what came back."""
     nodes = list(Node.objects.exclude(exporter_url="").order_by("name"))
     outcome = ScrapeOutcome()
     if not nodes:
         return outcome
-    with httpx.Client(timeout=TIMEOUT, transport=transport, follow_redirects=False) as client:
+    with httpx.Client(timeout=timeout or scrape_timeout(), transport=transport, follow_redirects=False) as client:
         with ThreadPoolExecutor(max_workers=min(WORKERS, len(nodes))) as pool:
             futures = {node.name: pool.submit(_fetch, client, node.exporter_url) for node in nodes}
         for node in nodes:
@@ -62,7 +75,11 @@ def exporters_scrape(*, now: datetime, transport: httpx.BaseTransport | None = N
                 error = f"{type(exc).__name__}: {exc}"[:500]
             except ValidationError as exc:
                 error = "; ".join(exc.messages)[:500]
+            except Exception as exc:  # noqa: BLE001  one node's surprise must not stop the others' scrape
+                log.exception("ingesting the scrape of %s failed", node.name)
+                error = f"{type(exc).__name__}: {exc}"[:500]
             else:
+                condition_resolve(node=node, kind=EventKind.SCRAPE_FAILED, source=EventSource.DCGM, now=now)
                 outcome.scraped.append(node.name)
                 continue
             log.warning("scraping %s failed: %s", node.name, error)
