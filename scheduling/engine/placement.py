@@ -174,7 +174,10 @@ def least_fragmenting_whole(cap: Capacity, fx: FlavorIndex, need: Need, where: W
     choice: tuple[NodeState, tuple[int, ...]] | None = None
     for node in _whole_pool(cap, fx, need, where):
         delta, gpus = scorer.whole_gpus(node, g, need.cpu, pick_gpus)
-        key = (scorer.step(delta), -node.whole, 1 if g == 1 or _group_fits(node, g) else 0, -node.rank)
+        step = scorer.step(delta)
+        if best is not None and (step, -node.whole) < best[:2]:
+            continue  # the NVLink tie-break below is only worth computing for a contender
+        key = (step, -node.whole, 1 if g == 1 or _group_fits(node, g) else 0, -node.rank)
         if best is None or key > best:
             best, choice = key, (node, gpus)
     if choice is None:

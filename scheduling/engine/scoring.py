@@ -21,8 +21,8 @@ Memory is checked for fit (Where.allows) but not scored: the FGD objective is GP
 
 Only a few nodes are scored per decision: up to BUCKET_CANDIDATES from each best-fit bucket
 (nodes with k whole free GPUs), and for a share up to SHARE_PER_LEVEL GPUs from each of the
-SHARE_LEVELS lowest free-milli levels that hold it. A node's scores are cached until its free
-GPUs or CPU change, so the same candidates are not re-scored across decisions."""
+SHARE_LEVELS lowest free-milli levels that hold it. Scores are cached by node layout and free
+capacity: a node is re-scored only when it changes, and identical nodes are scored once."""
 from __future__ import annotations
 
 from collections import Counter
@@ -90,8 +90,10 @@ class FragmentationScorer:
                 if d.accepts(key):
                     self._share_weight[key] = self._share_weight.get(key, 0) + n
         self._split: dict[int, tuple[TypicalMix | None, TypicalMix | None]] = {}
-        self._layouts: dict[int, _Layout] = {}
-        self._cache: dict[int, tuple[tuple[int, ...], int, int, dict[tuple, Any]]] = {}
+        self._layout_ids: dict[int, int] = {}  # node rank -> interned layout id
+        self._interned: dict[_Layout, int] = {}
+        self._by_id: dict[int, _Layout] = {}
+        self._states: dict[tuple[int, ...], tuple[_Layout, int, dict[tuple, Any]]] = {}
 
     @property
     def empty(self) -> bool:
@@ -107,20 +109,18 @@ class FragmentationScorer:
             got = self._split[group_size] = (_fleetdeck_mix(small), _fleetdeck_mix(large))
         return got
 
-    def layout(self, node: NodeState) -> _Layout:
-        lay = self._layouts.get(node.rank)
-        if lay is None:
-            groups: dict[int, list[int]] = {}
-            for i in range(node.size):
-                groups.setdefault(node.group[i], []).append(i)
-            lay = self._layouts[node.rank] = _Layout(
-                model_key(node.flavor, node.product),
-                tuple(node.healthy[i] and node.mig[i] is None for i in range(node.size)),
-                tuple(node.shareable),
-                tuple(tuple(ix) for ix in groups.values()),
-                max((len(ix) for ix in groups.values()), default=0),
-            )
-        return lay
+    @staticmethod
+    def layout(node: NodeState) -> _Layout:
+        groups: dict[int, list[int]] = {}
+        for i in range(node.size):
+            groups.setdefault(node.group[i], []).append(i)
+        return _Layout(
+            model_key(node.flavor, node.product),
+            tuple(node.healthy[i] and node.mig[i] is None for i in range(node.size)),
+            tuple(node.shareable),
+            tuple(tuple(ix) for ix in groups.values()),
+            max((len(ix) for ix in groups.values()), default=0),
+        )
 
     def fragmentation(self, lay: _Layout, free: Sequence[int], cpu: int) -> int:
         """Weighted fragmented milli-GPU of a node whose GPUs have `free` milli and `cpu` left."""
@@ -146,30 +146,35 @@ class FragmentationScorer:
         return total
 
     # -- placements ------------------------------------------------------------------------------
-    def _node_cache(self, node: NodeState) -> tuple[_Layout, int, dict[tuple, Any]]:
-        """The node's layout, fragmentation now, and the deltas scored since it last changed."""
-        lay = self.layout(node)
-        free = tuple(node.free)
+    def _state(self, node: NodeState) -> tuple[_Layout, int, dict[tuple, Any]]:
+        """The node's layout, its fragmentation now, and the scores of placements on it.
+
+        Keyed by layout and free capacity, so identical nodes share one entry and a node that
+        changes finds the entry of its new state (or its old one again after an undo)."""
+        lid = self._layout_ids.get(node.rank)
+        if lid is None:
+            lay = self.layout(node)
+            lid = self._layout_ids[node.rank] = self._interned.setdefault(lay, len(self._interned))
+            self._by_id[lid] = lay
         cpu = node.cpu if node.track_cpu else UNTRACKED_CPU
-        hit = self._cache.get(node.rank)
-        if hit is not None and hit[0] == free and hit[1] == cpu:
-            return lay, hit[2], hit[3]
-        before = self.fragmentation(lay, free, cpu)
-        deltas: dict[tuple, Any] = {}
-        self._cache[node.rank] = (free, cpu, before, deltas)
-        return lay, before, deltas
+        key = (lid, cpu, *node.free)
+        hit = self._states.get(key)
+        if hit is None:
+            lay = self._by_id[lid]
+            hit = self._states[key] = (lay, self.fragmentation(lay, node.free, cpu), {})
+        return hit
 
     def delta(self, node: NodeState, gpus: tuple[GpuAssignment, ...], cpu: int) -> int:
         """Weighted fragmentation removed by taking `gpus` and `cpu` on `node` (negative: added)."""
-        lay, before, deltas = self._node_cache(node)
+        lay, before, scores = self._state(node)
         key = (cpu, tuple((a.index, a.milli) for a in gpus))
-        got = deltas.get(key)
+        got = scores.get(key)
         if got is None:
             free = list(node.free)
             for a in gpus:
                 free[a.index] -= a.milli
             left = (node.cpu if node.track_cpu else UNTRACKED_CPU) - cpu
-            got = deltas[key] = before - self.fragmentation(lay, free, left)
+            got = scores[key] = before - self.fragmentation(lay, free, left)
         return got
 
     def step(self, delta: int) -> int:
@@ -181,14 +186,13 @@ class FragmentationScorer:
                    ) -> tuple[int, tuple[int, ...]]:
         """The best g whole free GPUs of `node` and their delta: one NVLink group's lowest
         indices per group that holds them, `default(node, g)` (best fit's choice) winning ties."""
-        _lay, _before, deltas = self._node_cache(node)
+        lay, _before, scores = self._state(node)
         key = ("whole", g, cpu)
-        hit = deltas.get(key)
+        hit = scores.get(key)
         if hit is not None:
             return hit
         best = tuple(default(node, g))
         best_delta = self.delta(node, tuple(GpuAssignment(i) for i in best), cpu)
-        lay = self.layout(node)
         if len(lay.groups) > 1:
             for idx in lay.groups:
                 free = [i for i in idx if node.is_whole_free(i)]
@@ -197,7 +201,7 @@ class FragmentationScorer:
                 d = self.delta(node, tuple(GpuAssignment(i) for i in free[:g]), cpu)
                 if d > best_delta:
                     best, best_delta = tuple(free[:g]), d
-        got = deltas[key] = (best_delta, best)
+        got = scores[key] = (best_delta, best)
         return got
 
 
