@@ -14,7 +14,8 @@ result (passed or failed), 1 with one line on stderr when it did not (no ticket 
 result could not be delivered.
 
 Exit status: 0 after --once succeeded (or on Ctrl-C), 1 with exactly one line on stderr for anything
-the agent cannot fix by retrying: no NVML, no token, a refused token or payload. Network errors in
+the agent cannot fix by retrying: no NVML (checked first: `NVML not found: is the NVIDIA driver
+installed?`), no server or token, a refused token or payload. Network errors in
 the loop are logged and retried on the next interval.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import httpx
 
-from .nvml import NvmlFacade, NvmlNotFound, default_hostname
+from .nvml import NvmlFacade, NvmlUnavailable, default_hostname
 from .payloads import MAX_BURN_IN_DETAILS, BurnInReport
 from .runner import Agent, AgentClient, AgentError, burn_in_run
 
@@ -56,7 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _burn_in_error(args: argparse.Namespace) -> str | None:
+def _options_error(args: argparse.Namespace) -> str | None:
+    if not args.server:
+        return "--server is required (or set FLEETDECK_SERVER)"
+    if args.interval <= 0:
+        return "--interval must be positive"
     if args.details is not None and not args.burn_in:
         return "--details needs --burn-in-passed or --burn-in-failed"
     if args.details is not None and len(args.details) > MAX_BURN_IN_DETAILS:
@@ -101,20 +106,17 @@ def main(
     transport: httpx.BaseTransport | None = None,
 ) -> int:
     args = build_parser().parse_args(argv)
-    if not args.server:
-        print("fleetdeck-agent: --server is required (or set FLEETDECK_SERVER)", file=sys.stderr)
-        return 1
-    if args.interval <= 0:
-        print("fleetdeck-agent: --interval must be positive", file=sys.stderr)
-        return 1
-    if problem := _burn_in_error(args):
-        print(f"fleetdeck-agent: {problem}", file=sys.stderr)
-        return 1
+    # NVML first: on a machine without the driver nothing else matters, whatever the options say.
     facade = facade_factory()
     try:
         facade.init()  # type: ignore[attr-defined]
-    except NvmlNotFound as exc:
+    except NvmlUnavailable as exc:
         print(exc, file=sys.stderr)
+        return 1
+    problem = _options_error(args)
+    if problem:
+        facade.shutdown()  # type: ignore[attr-defined]
+        print(f"fleetdeck-agent: {problem}", file=sys.stderr)
         return 1
     client = None
     try:

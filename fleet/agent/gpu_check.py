@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from .nvml import NvmlFacade, NvmlNotFound, default_hostname
+from .nvml import NvmlFacade, NvmlUnavailable, default_hostname
 from .runner import Agent
 
 
@@ -31,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     facade = NvmlFacade()
     try:
         facade.init()
-    except NvmlNotFound as exc:
+    except NvmlUnavailable as exc:
         print(exc, file=sys.stderr)
         return 1
     try:

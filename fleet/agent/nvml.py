@@ -2,7 +2,9 @@
 
 Public API:
     NVML_NOT_FOUND_MESSAGE  the one line printed when the driver library is missing
-    NvmlNotFound            raised by NvmlFacade.init() when pynvml raises NVMLError_LibraryNotFound
+    NvmlUnavailable         raised by NvmlFacade.init() when NVML cannot start ("NVML failed to start: ...")
+    NvmlNotFound            its subclass for a missing library or driver (NVMLError_LibraryNotFound,
+                            NVMLError_DriverNotLoaded): NVML_NOT_FOUND_MESSAGE
     DeviceInfo              frozen dataclass: index, uuid, name, memory_mib, pci_bus_id, mig_enabled,
                             mig_instances [(profile, gi_id, uuid)], numa_node, nvlink_peers [pci ids]
     NvmlEvent               frozen dataclass: xid, gpu_uuid, pci_bus_id, at (aware datetime)
@@ -31,7 +33,11 @@ from .payloads import EccCounters, GpuHealth, RetiredPages, RowRemap
 NVML_NOT_FOUND_MESSAGE = "NVML not found: is the NVIDIA driver installed?"
 
 
-class NvmlNotFound(RuntimeError):
+class NvmlUnavailable(RuntimeError):
+    """NVML cannot be used on this machine; the message is the one line the agent prints."""
+
+
+class NvmlNotFound(NvmlUnavailable):
     def __init__(self) -> None:
         super().__init__(NVML_NOT_FOUND_MESSAGE)
 
@@ -111,10 +117,15 @@ class NvmlFacade:
     # --- lifecycle ---------------------------------------------------------------------------------
 
     def init(self) -> None:
+        # The library without its kernel module is the same situation for the operator: no driver.
+        missing = tuple(getattr(self._nvml, name) for name in ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded")
+                        if hasattr(self._nvml, name))
         try:
             self._nvml.nvmlInit()
-        except self._nvml.NVMLError_LibraryNotFound as exc:
+        except missing as exc:
             raise NvmlNotFound() from exc
+        except self._nvml.NVMLError as exc:
+            raise NvmlUnavailable(f"NVML failed to start: {exc}") from exc
         self._handles = [self._nvml.nvmlDeviceGetHandleByIndex(i) for i in range(self._nvml.nvmlDeviceGetCount())]
 
     def shutdown(self) -> None:

@@ -227,3 +227,83 @@ def test_heartbeat_payload_validation_names_nested_fields():
         HeartbeatPayload.from_dict(data)
     with pytest.raises(ValueError, match="body: expected an object"):
         HeartbeatPayload.from_dict([])
+
+
+def test_cli_checks_nvml_before_its_options(monkeypatch, capsys):
+    """`fleetdeck-agent` with nothing set up, on a machine without the driver: the driver is the news."""
+    def missing() -> None:
+        raise pynvml.NVMLError_LibraryNotFound(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", missing)
+    monkeypatch.delenv("FLEETDECK_SERVER", raising=False)
+    assert cli.main([]) == 1
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "NVML not found: is the NVIDIA driver installed?\n")
+
+
+def test_cli_without_a_server_says_so_once_nvml_works(monkeypatch, capsys):
+    monkeypatch.delenv("FLEETDECK_SERVER", raising=False)
+    facade = FakeFacade(two_gpu_devices())
+    assert cli.main(["--token", "t"], facade_factory=lambda: facade) == 1
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "fleetdeck-agent: --server is required (or set FLEETDECK_SERVER)\n")
+    assert facade.shut_down
+
+
+def _nvml_loads() -> bool:
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    pynvml.nvmlShutdown()
+    return True
+
+
+@pytest.mark.skipif(_nvml_loads(), reason="this machine has an NVIDIA driver")
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["-m", "fleet.agent.gpu_check"],
+        ["-m", "fleet.agent.cli"],
+        ["-m", "fleet.agent.cli", "--server", "http://127.0.0.1:9", "--token", "t", "--once"],
+    ],
+)
+def test_the_real_entry_points_without_a_driver_print_one_line_and_exit_1(command):
+    """The real pynvml, no driver: what an operator sees on a machine without NVML."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, *command], capture_output=True, text=True, cwd=root, timeout=60,
+                          check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", "NVML not found: is the NVIDIA driver installed?\n")
+
+
+def test_the_console_script_is_the_cli():
+    """pyproject's `fleetdeck-agent` entry point names cli.main (installed by `make install`)."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text())
+    assert project["project"]["scripts"] == {"fleetdeck-agent": "fleet.agent.cli:main"}
+    packages = set(project["tool"]["setuptools"]["packages"])
+    # The agent imports only these: the wheel for a GPU node holds them.
+    assert {"fleet", "fleet.agent", "health", "health.core"} <= packages
+
+
+@pytest.mark.skipif(_nvml_loads(), reason="this machine has an NVIDIA driver")
+def test_the_installed_fleetdeck_agent_without_a_driver_prints_one_line_and_exits_1():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "fleetdeck-agent"
+    if not script.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail("fleetdeck-agent is not installed: `make install` runs pip install -e .")
+        pytest.skip("fleetdeck-agent not installed (pip install -e .)")
+    done = subprocess.run([str(script)], capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", "NVML not found: is the NVIDIA driver installed?\n")

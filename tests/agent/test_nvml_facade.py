@@ -4,7 +4,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from fleet.agent.nvml import DeviceInfo, NvmlFacade, NvmlNotFound, nvlink_groups
+from fleet.agent.nvml import DeviceInfo, NvmlFacade, NvmlNotFound, NvmlUnavailable, nvlink_groups
 
 from .fakes import NVSWITCH_BUSES, FakeGpu, FakeNvml, hgx_h100
 
@@ -89,6 +89,26 @@ def test_init_without_the_driver_raises_nvml_not_found(monkeypatch):
     monkeypatch.setattr(nvml, "nvmlInit", missing)
     with pytest.raises(NvmlNotFound, match=r"^NVML not found: is the NVIDIA driver installed\?$"):
         NvmlFacade(nvml).init()
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (pynvml.NVMLError_DriverNotLoaded(pynvml.NVML_ERROR_DRIVER_NOT_LOADED),
+         "NVML not found: is the NVIDIA driver installed?"),
+        (pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION), "NVML failed to start: Insufficient Permissions"),
+    ],
+)
+def test_init_failures_are_one_clear_message(monkeypatch, error, message):
+    nvml = FakeNvml([])
+
+    def fail() -> None:
+        raise error
+
+    monkeypatch.setattr(nvml, "nvmlInit", fail)
+    with pytest.raises(NvmlUnavailable) as raised:
+        NvmlFacade(nvml).init()
+    assert str(raised.value) == message
 
 
 def test_other_nvml_errors_are_not_swallowed(monkeypatch):
