@@ -228,7 +228,9 @@ def _locate_error(text: str, error: Exception) -> ValueError:
             for _family in _prom_parser.text_string_to_metric_families(stripped + "\n"):
                 pass
         except Exception as exc:  # any rejection is reported with its line
-            return ValueError(f"DCGM exposition line {number}: {exc}: {stripped[:200]!r}")
+            # The parser's reason may quote the raw line: keep the message one printable line.
+            reason = str(exc)[:120] if str(exc).isprintable() else ascii(str(exc)[:120])[1:-1]
+            return ValueError(f"DCGM exposition line {number}: {reason}: {stripped[:200]!r}")
     return ValueError(f"DCGM exposition rejected: {error}")
 
 

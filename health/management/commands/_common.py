@@ -16,6 +16,10 @@ def node_named(name: str) -> Node:
 def read_text(path: str) -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
+            text = handle.read()
     except OSError as exc:
         raise CommandError(f"Cannot read {path}: {exc.strerror}.") from exc
+    # A log or an exposition never holds NUL bytes; a binary file would otherwise "contain no events".
+    if "\x00" in text:
+        raise CommandError(f"{path} is not a text file (it contains NUL bytes).")
+    return text
