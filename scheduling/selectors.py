@@ -380,18 +380,29 @@ def snapshot_load(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
     return snapshot, index
 
 
+# The mix is read every round: its query looks at no more than this many of the latest
+# submissions in the window, so its cost stays flat however busy the week was.
+MIX_SAMPLE_WORKLOADS = 5000
+
+
 def typical_mix_load(*, now: datetime) -> tuple[tuple[PodSetShape, int], ...]:
-    """Replica shapes of the workloads submitted in the last FRAGMENTATION_HISTORY_DAYS, with
-    their replica counts, most frequent first: the mix fragmentation-aware placement keeps
-    room for. One aggregate query; MIG pod sets are left out (MIG instances do not fragment
-    the way shares and whole GPUs do). Empty when the window is 0 or saw no workload."""
+    """Replica shapes of the workloads submitted in the last FRAGMENTATION_HISTORY_DAYS (the
+    latest MIX_SAMPLE_WORKLOADS of them), with their replica counts, most frequent first: the
+    mix fragmentation-aware placement keeps room for. One aggregate query; MIG pod sets are
+    left out (MIG instances do not fragment the way shares and whole GPUs do). Empty when the
+    window is 0 or saw no workload."""
     conf = settings.FLEETDECK
     days = conf.get("FRAGMENTATION_HISTORY_DAYS", 7)
     limit = conf.get("FRAGMENTATION_MIX_SHAPES", 32)
     if days <= 0 or limit <= 0:
         return ()
+    recent = (
+        Workload.objects.filter(submitted_at__gte=now - timedelta(days=days))
+        .order_by("-submitted_at")
+        .values("pk")[:MIX_SAMPLE_WORKLOADS]
+    )
     rows = (
-        PodSet.objects.filter(workload__submitted_at__gte=now - timedelta(days=days), mig_profile="")
+        PodSet.objects.filter(workload_id__in=recent, mig_profile="")
         .values_list("gpus_per_replica", "milli_gpu", "flavor__name", "accepted_products", "cpu_millicores",
                      "memory_mib")
         .annotate(count=Sum("replicas"))

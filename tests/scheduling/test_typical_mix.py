@@ -92,3 +92,14 @@ def test_with_a_history_of_shares_the_round_keeps_shareable_gpus_for_them(
     # Best fit would add it to n1 (7 free, the tightest); the mix of shares keeps n1's
     # shareable GPUs for them and opens a plain node instead.
     assert nodes_of(second["id"]) == ["n2"]
+
+
+def test_only_the_latest_submissions_of_the_window_are_read(research_queue, team_member, clock, monkeypatch):
+    client = api_for(team_member)
+    submit(client, **job("oldest", gpus=8))
+    for i in range(2):
+        clock.advance(60)
+        submit(client, **job(f"new-{i}", gpus=1))
+    monkeypatch.setattr("scheduling.selectors.MIX_SAMPLE_WORKLOADS", 2)
+    assert typical_mix_load(now=clock.now) == ((PodSetShape(gpus=1, flavor=FLAVOR), 2),)
+
