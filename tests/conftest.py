@@ -66,6 +66,12 @@ def artifacts_dir() -> Path:
     return ARTIFACTS
 
 
+@pytest.fixture(autouse=True)
+def fast_passwords(settings):
+    """People are created in most tests; PBKDF2's deliberate slowness buys nothing here."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 def _user(username: str, *, operator: bool = False) -> User:
     user = User.objects.create_user(username=username, password="pw-" + username)
     if operator:

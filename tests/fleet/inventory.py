@@ -5,7 +5,6 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from django.contrib.auth.models import User
 
@@ -50,12 +49,6 @@ def import_doc(doc: dict[str, Any], actor: Actor | None = None):
 
 def superuser() -> User:
     return User.objects.create_superuser(username="root", password="pw-root")
-
-
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    """People are created in most tests; PBKDF2's deliberate slowness buys nothing here."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def allocate(gpu: Gpu) -> None:

@@ -10,7 +10,7 @@ from core.admin import ADMIN_DELETE_REASON
 from core.models import AuditEvent
 from fleet.models import Gpu, Node, Spine
 
-from .inventory import EXAMPLE, fast_passwords, superuser  # noqa: F401
+from .inventory import EXAMPLE, superuser
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from core.models import AuditEvent
 from fleet.choices import NodeState
 from fleet.models import Gpu, Node
 
-from .inventory import EXAMPLE, allocate, fast_passwords, fleet_doc, import_doc, superuser  # noqa: F401
+from .inventory import EXAMPLE, allocate, fleet_doc, import_doc, superuser
 
 pytestmark = pytest.mark.django_db
 

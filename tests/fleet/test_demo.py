@@ -12,8 +12,6 @@ from fleet.importer import validate_fleet
 from fleet.models import Gpu, Node, Rack
 from scheduling.models import PriorityClass, Queue, QueueQuota
 
-from .inventory import fast_passwords  # noqa: F401
-
 pytestmark = pytest.mark.django_db
 
 

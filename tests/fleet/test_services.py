@@ -12,7 +12,7 @@ from fleet.models import Node
 from fleet.services import NodeStateConflict, node_cordon, node_uncordon
 from fleet.signals import node_cordoned, node_uncordoned
 
-from .inventory import fast_passwords, fleet_doc, import_doc  # noqa: F401
+from .inventory import fleet_doc, import_doc
 
 pytestmark = pytest.mark.django_db
 
