@@ -67,6 +67,19 @@ TICKET_NEXT = {
 UNFINISHED_TICKET_STATES = (TicketState.OPEN, TicketState.DIAGNOSING, TicketState.REPAIRED, TicketState.BURN_IN)
 
 
+def ticket_moves(state: str) -> list[str]:
+    """Where a ticket in `state` may go: one step forward, or back to open while unfinished."""
+    moves = list(TICKET_NEXT[TicketState(state)])
+    if state not in (TicketState.OPEN, TicketState.RETURNED):
+        moves.append(TicketState.OPEN)
+    return moves
+
+
+def operator_moves(state: str) -> list[tuple[str, str]]:
+    """(state, label) an operator may pick on a page: `returned` only follows a recorded passing burn-in."""
+    return [(s, TicketState(s).label) for s in ticket_moves(state) if s != TicketState.RETURNED]
+
+
 class Reporter(models.TextChoices):
     AGENT = "agent", "Agent"
     OPERATOR = "operator", "Operator"

@@ -4,10 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Exists, Max, Min, OuterRef
+from django.db.models import Exists, Max, Min, OuterRef, Prefetch
 
+from fleet.choices import NODE_STATE_COLORS
 from fleet.models import Node
-from health.choices import TICKET_STATE_COLORS, Severity, TicketState
+from health.choices import TICKET_STATE_COLORS, Severity, TicketState, operator_moves
 from health.models import WHOLE_GPU, GpuReading, GpuReadingMinute, HealthEvent, RepairTicket
 
 # A reading older than this no longer describes the GPU (scrapes run every 15 s).
@@ -111,22 +112,38 @@ def idle_allocated_gpus(*, now: datetime) -> list[IdleGpu]:
 
 
 @dataclass(slots=True)
+class BoardTicket:
+    """One card of the board: the ticket, the fault that opened it, and what an operator may do."""
+
+    ticket: RepairTicket
+    first_event: HealthEvent | None
+    node_color: str
+    moves: list[tuple[str, str]]
+
+
+@dataclass(slots=True)
 class BoardColumn:
     state: str
     label: str
     color: str
-    tickets: list[RepairTicket]
+    tickets: list[BoardTicket]
 
 
 def ticket_board(*, include_returned: int = 20) -> list[BoardColumn]:
-    """Tickets by state; the returned column shows only the most recent ones."""
+    """Tickets by state, oldest first; the returned column shows only the most recent ones.
+    Three queries whatever the number of tickets (tickets, returned tickets, their events)."""
     columns = {s: BoardColumn(s, TicketState(s).label, TICKET_STATE_COLORS[s], []) for s in TicketState.values}
-    for ticket in RepairTicket.objects.unfinished().select_related("node").order_by("opened_at"):
-        columns[ticket.state].tickets.append(ticket)
-    columns[TicketState.RETURNED].tickets = list(
-        RepairTicket.objects.filter(state=TicketState.RETURNED).select_related("node").order_by("-closed_at")[
-            :include_returned]
-    )
+    events = Prefetch("events", queryset=HealthEvent.objects.select_related("gpu").order_by("first_seen", "pk"))
+    unfinished = RepairTicket.objects.unfinished().select_related("node").prefetch_related(events).order_by(
+        "opened_at", "pk")
+    returned = (RepairTicket.objects.filter(state=TicketState.RETURNED).select_related("node")
+                .prefetch_related(events).order_by("-closed_at")[:include_returned])
+    for ticket in [*unfinished, *returned]:
+        linked = list(ticket.events.all())
+        columns[ticket.state].tickets.append(BoardTicket(
+            ticket=ticket, first_event=linked[0] if linked else None,
+            node_color=NODE_STATE_COLORS.get(ticket.node.state, "#616161"), moves=operator_moves(ticket.state),
+        ))
     return list(columns.values())
 
 

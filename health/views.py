@@ -6,6 +6,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
@@ -13,7 +14,7 @@ from core.actors import Actor
 from core.roles import is_operator
 
 from . import selectors, services
-from .choices import SEVERITY_COLORS, TICKET_NEXT, TICKET_STATE_COLORS, EventKind, Reporter, Severity, TicketState
+from .choices import SEVERITY_COLORS, TICKET_STATE_COLORS, EventKind, Reporter, Severity, TicketState, operator_moves
 from .forms import BurnInForm, EventFilterForm, TicketTransitionForm
 from .models import HealthEvent, RepairTicket
 
@@ -31,8 +32,11 @@ def events(request: HttpRequest) -> HttpResponse:
         if data["severity"]:
             queryset = queryset.filter(severity=data["severity"])
     page = Paginator(queryset, 100).get_page(request.GET.get("page"))
+    # Page links keep every filter.
+    query = request.GET.copy()
+    query.pop("page", None)
     context = {"form": form, "page": page, "kinds": EventKind.choices, "severities": Severity.choices,
-               "severity_colors": SEVERITY_COLORS}
+               "severity_colors": SEVERITY_COLORS, "filter_query": query.urlencode()}
     return render(request, "health/events.html", context)
 
 
@@ -47,18 +51,13 @@ def _ticket(pk: int) -> RepairTicket:
 
 def _render_ticket(request: HttpRequest, ticket: RepairTicket, *, transition_form=None, burn_in_form=None,
                    status: int = 200) -> HttpResponse:
-    allowed = list(TICKET_NEXT[TicketState(ticket.state)])
-    if ticket.state not in (TicketState.OPEN, TicketState.RETURNED):
-        allowed.append(TicketState.OPEN)
-    # "returned" only follows a passed burn-in, which the burn-in form records.
-    allowed = [s for s in allowed if s != TicketState.RETURNED]
     context = {
         "ticket": ticket,
         "color": TICKET_STATE_COLORS[ticket.state],
         "transitions": ticket.transitions.all(),
         "burn_ins": ticket.burn_ins.all(),
         "events": ticket.events.select_related("node").order_by("-last_seen")[:50],
-        "allowed": [(s, TicketState(s).label) for s in allowed],
+        "allowed": operator_moves(ticket.state),
         "transition_form": transition_form or TicketTransitionForm(),
         "burn_in_form": burn_in_form or BurnInForm(),
     }
@@ -75,39 +74,46 @@ def _operator_only(request: HttpRequest) -> None:
         raise PermissionDenied("Only operators may change repair tickets.")
 
 
-@require_POST
-def ticket_transition(request: HttpRequest, pk: int) -> HttpResponse:
+def _ticket_action(request: HttpRequest, pk: int, form_class: type, form_key: str, perform) -> HttpResponse:
+    """One operator action on a ticket: validate the form, call the service (`perform(ticket, data, actor)`
+    returns the success message), and go back where the operator acted (the board or the ticket)."""
     _operator_only(request)
     ticket = _ticket(pk)
-    form = TicketTransitionForm(request.POST)
-    if not form.is_valid():
-        return _render_ticket(request, ticket, transition_form=form, status=400)
-    try:
-        services.ticket_transition(ticket=ticket, to_state=form.cleaned_data["to"], reason=form.cleaned_data["reason"],
-                                   actor=Actor.for_user(request.user))
-    except ValidationError as exc:
-        form.add_error(None, exc.messages)
-        return _render_ticket(request, ticket, transition_form=form, status=400)
-    messages.success(request, f"Ticket #{ticket.pk} moved to {form.cleaned_data['to']}.")
-    return redirect("health:ticket", pk=ticket.pk)
+    form = form_class(request.POST)
+    if form.is_valid():
+        try:
+            message = perform(ticket, form.cleaned_data, Actor.for_user(request.user))
+        except ValidationError as exc:
+            form.add_error(None, exc.messages)
+        else:
+            messages.success(request, message)
+            if request.POST.get("next") == "board":
+                return redirect(f"{reverse('health:tickets')}#ticket-{ticket.pk}")
+            return redirect("health:ticket", pk=ticket.pk)
+    # Errors are shown on the ticket's page, with what the operator typed.
+    return _render_ticket(request, ticket, status=400, **{form_key: form})
+
+
+def _transition(ticket: RepairTicket, data: dict, actor: Actor) -> str:
+    services.ticket_transition(ticket=ticket, to_state=data["to"], reason=data["reason"], actor=actor)
+    return f"Ticket #{ticket.pk} ({ticket.node.name}) moved to {TicketState(data['to']).label.lower()}."
+
+
+def _burn_in(ticket: RepairTicket, data: dict, actor: Actor) -> str:
+    services.burn_in_record(ticket=ticket, passed=data["passed"], details=data["details"], actor=actor,
+                            reported_by=Reporter.OPERATOR)
+    outcome = "passed: node returned to service" if data["passed"] else "failed: ticket reopened"
+    return f"Burn-in of {ticket.node.name} {outcome}."
+
+
+@require_POST
+def ticket_transition(request: HttpRequest, pk: int) -> HttpResponse:
+    return _ticket_action(request, pk, TicketTransitionForm, "transition_form", _transition)
 
 
 @require_POST
 def ticket_burn_in(request: HttpRequest, pk: int) -> HttpResponse:
-    _operator_only(request)
-    ticket = _ticket(pk)
-    form = BurnInForm(request.POST)
-    if not form.is_valid():
-        return _render_ticket(request, ticket, burn_in_form=form, status=400)
-    try:
-        services.burn_in_record(ticket=ticket, passed=form.cleaned_data["passed"], details=form.cleaned_data["details"],
-                                actor=Actor.for_user(request.user), reported_by=Reporter.OPERATOR)
-    except ValidationError as exc:
-        form.add_error(None, exc.messages)
-        return _render_ticket(request, ticket, burn_in_form=form, status=400)
-    outcome = "passed: node returned to service" if form.cleaned_data["passed"] else "failed: ticket reopened"
-    messages.success(request, f"Burn-in of {ticket.node.name} {outcome}.")
-    return redirect("health:ticket", pk=ticket.pk)
+    return _ticket_action(request, pk, BurnInForm, "burn_in_form", _burn_in)
 
 
 @require_GET

@@ -15,7 +15,7 @@ from core.actors import Actor
 from core.audit import audit_record
 from fleet.choices import NodeState
 from fleet.models import Node
-from health.choices import TICKET_NEXT, Reporter, TicketState
+from health.choices import Reporter, TicketState, ticket_moves
 from health.models import BurnInResult, HealthEvent, RepairTicket, TicketTransition
 
 # Node states a ticket may send to repair: a node already in burn-in or repair is the ticket's.
@@ -122,9 +122,7 @@ def ticket_transition(
     now = now or timezone.now()
     with transaction.atomic():
         ticket = RepairTicket.objects.select_for_update().select_related("node").get(pk=ticket.pk)
-        allowed = list(TICKET_NEXT[ticket.state])
-        if ticket.state != TicketState.RETURNED and ticket.state != TicketState.OPEN:
-            allowed.append(TicketState.OPEN)
+        allowed = ticket_moves(ticket.state)
         if to_state not in allowed:
             raise TicketConflict(
                 {"to": [f"A {ticket.get_state_display().lower()} ticket cannot move to {to_state}; "

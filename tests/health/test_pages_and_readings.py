@@ -68,7 +68,8 @@ def test_pages_render_for_viewers_and_only_operators_may_act(cluster, viewer, op
     assert events.status_code == 200 and b"GPU has fallen off the bus" in events.content
     assert b"reboot_node" in events.content
     board = client.get("/health/tickets/")
-    assert board.status_code == 200 and f"#{ticket.pk} n3".encode() in board.content
+    assert board.status_code == 200 and f'id="ticket-{ticket.pk}"'.encode() in board.content
+    assert b"Xid 79 \xc2\xb7 GPU 0" in board.content and b'name="reason"' not in board.content
     detail = client.get(f"/health/tickets/{ticket.pk}/")
     assert detail.status_code == 200 and b"transition-form" not in detail.content
     assert client.post(f"/health/tickets/{ticket.pk}/transition/", {"to": "diagnosing", "reason": "x"}
