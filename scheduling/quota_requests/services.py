@@ -285,9 +285,7 @@ def _apply(quota_request: QuotaRequest, *, actor: Actor, now: dt.datetime) -> No
     quota.nominal = quota_request.requested_nominal
     if quota_request.requested_borrowing_limit is not None:
         quota.borrowing_limit = quota_request.requested_borrowing_limit
-    _clamp_lending(quota)
-    quota.full_clean()
-    quota.save()
+    _save_quota(quota)
     quota_request.state = S.APPLIED
     quota_request.applied_at = now
     quota_request.save(update_fields=["state", "applied_at", "previous_nominal", "previous_borrowing_limit"])
@@ -317,9 +315,7 @@ def _revert(quota_request: QuotaRequest, *, actor: Actor, now: dt.datetime) -> N
         quota_request.requested_borrowing_limit
     ):
         quota.borrowing_limit = quota_request.previous_borrowing_limit
-    _clamp_lending(quota)
-    quota.full_clean()
-    quota.save()
+    _save_quota(quota)
     quota_request.state = S.EXPIRED
     quota_request.expired_at = now
     quota_request.save(update_fields=["state", "expired_at"])
@@ -331,10 +327,12 @@ def _revert(quota_request: QuotaRequest, *, actor: Actor, now: dt.datetime) -> N
     notifications.notify_on_commit(quota_request.pk, old_state=S.APPLIED, new_state=S.EXPIRED)
 
 
-def _clamp_lending(quota: QueueQuota) -> None:
+def _save_quota(quota: QueueQuota) -> None:
     # The table's check constraint keeps lending_limit ≤ nominal.
     if quota.lending_limit is not None and quota.lending_limit > quota.nominal:
         quota.lending_limit = quota.nominal
+    quota.full_clean()
+    quota.save()
 
 
 @dataclass(frozen=True)

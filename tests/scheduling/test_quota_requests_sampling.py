@@ -192,10 +192,14 @@ def test_the_demo_tells_a_story_a_new_user_can_walk(db, django_capture_on_commit
     assert [e.verb for e in trail] == ["quota_request.submit", "quota_request.approve", "quota_request.apply"]
     assert all(e.at <= NOW - demo.GIVEBACK_REVIEWED for e in trail)
     assert not any(f"#{giveback.pk} " in m.subject for m in mail.outbox)
+    setup = AuditEvent.objects.filter(verb="queuequota.create")
+    assert setup.exists() and all(e.at < trail[0].at for e in setup)
     assert {m.subject.split(" for ")[1] for m in mail.outbox} == {"research: submitted", "inference: submitted"}
 
     # 30 days of history; evaluation's H100 nominal drops from 8 to 4 when the give-back applied.
-    assert first.samples > 9 * 6 * 24 * 29
+    assert first.samples > 9 * (6 * 24 * 6 + 2 * 24 * 22)  # every 10 min for a week, every 30 before
+    oldest = QueueUsageSample.objects.order_by("at").first().at
+    assert NOW - dt.timedelta(days=30, minutes=1) <= oldest < NOW - dt.timedelta(days=29)
     evaluation = QueueUsageSample.objects.filter(queue__team__name="evaluation", flavor__name=H100_FLAVOR)
     assert set(evaluation.filter(at__lt=giveback.applied_at).values_list("nominal", flat=True)) == {8}
     assert set(evaluation.filter(at__gt=giveback.applied_at).values_list("nominal", flat=True)) == {4}
