@@ -6,6 +6,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models.functions import Coalesce
 
 from health.choices import EventKind, EventSource, Severity
 from health.core import policy
@@ -35,8 +36,10 @@ def workloads_watchdog(*, now: datetime) -> WatchdogOutcome:
 
     stale_after = settings.FLEETDECK.get("WATCHDOG_STALE_SECONDS", 900)
     flags = _open_flags()
-    running = list(Workload.objects.filter(state=WorkloadState.RUNNING).exclude(last_progress_at=None)
-                   .values_list("pk", "name", "last_progress_at"))
+    # A job that never reported progress is judged from its start.
+    running = list(Workload.objects.filter(state=WorkloadState.RUNNING)
+                   .annotate(progress_at=Coalesce("last_progress_at", "started_at")).exclude(progress_at=None)
+                   .values_list("pk", "name", "progress_at"))
     views = [policy.RunningWorkload(str(pk), last, flags[pk].first_seen if pk in flags else None)
              for pk, _name, last in running]
     result = policy.watchdog(views, now, stale_after_s=stale_after)

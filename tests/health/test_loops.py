@@ -196,3 +196,15 @@ def test_scraping_stores_readings_and_records_failures_as_events(cluster, clock)
     exporters_scrape(now=clock.now + timedelta(seconds=15), transport=httpx.MockTransport(handler))
     failed = HealthEvent.objects.get(kind="scrape_failed")
     assert failed.node.name == "n2" and failed.count == 2 and "connection refused" in failed.evidence
+
+
+def test_a_running_workload_that_never_reported_progress_is_judged_from_its_start(
+    research_queue, team_member, clock
+):
+    workload = _train(team_member, clock)
+    Workload.objects.filter(pk=workload.pk).update(last_progress_at=None)
+    clock.advance(1000)
+    assert workloads_watchdog(now=clock.now).flagged == [workload.pk]
+    clock.advance(300)
+    assert workloads_watchdog(now=clock.now).requeued == [workload.pk]
+    assert Workload.objects.get(pk=workload.pk).state == WorkloadState.REQUEUED

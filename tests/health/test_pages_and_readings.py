@@ -5,6 +5,7 @@ import json
 from datetime import timedelta
 from io import StringIO
 
+import pytest
 from django.core.management import call_command
 
 from fleet.models import Gpu, Node
@@ -128,3 +129,22 @@ def test_metrics_expose_idle_allocated_gpus_and_tickets(cluster, client):
 
 def test_the_xid_line_is_from_the_shared_catalog():
     assert "79, GPU has fallen off the bus" in XID_79
+
+
+def test_idle_allocated_gpus_reach_metrics_and_the_overview(research_queue, team_member, operator, client, clock):
+    submit(api_for(team_member), **training("train-A", 8))
+    run_round(clock)
+    gpus = list(Gpu.objects.filter(node__name="n1").order_by("index"))
+    start = clock.now
+    for minute in range(31):
+        rows = [ReadingRow(gpu_id=g.pk, sm_active=0.02 if g.index == 3 else 0.7) for g in gpus]
+        readings_store(rows=rows, source="dcgm", now=start + timedelta(minutes=minute))
+    clock.advance(30 * 60 + 30)
+    text = client.get("/metrics").content.decode()
+    assert 'fleetdeck_idle_allocated_gpus{team="research"} 1.0' in text
+    assert "fleetdeck_idle_allocated_gpus_total 1.0" in text
+    login(client, operator)
+    overview = client.get("/").content.decode()
+    section = overview[overview.index('id="idle-allocated-gpus"'):]
+    assert ">n1</a></td><td>3</td>" in section and "train-A" in section
+    assert fleet_overview().total.utilised == pytest.approx(7 * 0.7 + 0.02)
