@@ -90,10 +90,15 @@ _LAST_REPEATED = re.compile(r"last message repeated (?P<n>\d+) times?")
 _FATAL = re.compile(r"(?<!non)(?<!non-)(?<!non )\bfatal\b", re.IGNORECASE)
 
 _RFC3339 = re.compile(r"(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)")
-_RFC_PREFIX = re.compile(r"^\s*" + _RFC3339.pattern + r"\s+(?:(?P<host>[^\s\[\]]+)\s+)?kernel(?:\[\d+\])?:")
+# Forwarded syslog may keep its priority ("<4>") and, in RFC 5424, its version ("<4>1 ... kernel - - - ").
+_PRI = r"(?:<\d{1,3}>(?:1\s+)?)?"
+_KERNEL_TAG = r"kernel(?:\[\d+\])?(?::|\s+-\s+-\s+-)"
+_RFC_PREFIX = re.compile(r"^\s*" + _PRI + _RFC3339.pattern + r"\s+(?:(?P<host>[^\s\[\]]+)\s+)?" + _KERNEL_TAG)
 _SYSLOG_PREFIX = re.compile(
-    r"^\s*(?P<ts>[A-Z][a-z]{2}\s+\d{1,2}\s+\d{2}:\d{2}:\d{2}(?:\.\d+)?)\s+(?:(?P<host>\S+)\s+)?kernel(?:\[\d+\])?:"
+    r"^\s*" + _PRI + r"(?P<ts>[A-Z][a-z]{2}\s+\d{1,2}\s+\d{2}:\d{2}:\d{2}(?:\.\d+)?)\s+(?:(?P<host>\S+)\s+)?"
+    + _KERNEL_TAG
 )
+_MONOTONIC_PREFIX = re.compile(r"^\s*\[\s*\d+\.\d+\]\s+(?P<host>[^\s\[\]]+)\s+kernel:")  # journalctl -o short-monotonic
 _HOST_COLON_PREFIX = re.compile(r"^\s*(?P<host>[^\s:]+(?::\d+)?):\s+kern:")  # Talos-style "10.0.0.1: kern: warning:"
 _DMESG_T = re.compile(r"\[(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]")
 _UPTIME = re.compile(r"\[\s*(?P<up>\d+\.\d+)\]")
@@ -138,10 +143,13 @@ def _parse_prefix(prefix: str, assume_tz: tzinfo, year: int | None) -> _Prefix:
         out.timestamp, out.host = match["ts"], match["host"]
         if year is not None:
             try:
-                stamp = datetime.strptime(f"{year} {match['ts'].split('.')[0]}", "%Y %b %d %H:%M:%S")
+                stamp = datetime.strptime(f"{year} {match['ts']}", "%Y %b %d %H:%M:%S.%f" if "." in match["ts"]
+                                          else "%Y %b %d %H:%M:%S")  # journalctl -o short-precise
                 out.at = stamp.replace(tzinfo=assume_tz)
             except ValueError:
                 out.at = None
+    elif match := _MONOTONIC_PREFIX.match(prefix):
+        out.host = match["host"]
     elif match := _HOST_COLON_PREFIX.match(prefix):
         out.host = match["host"]
         if rfc := _RFC3339.search(prefix):

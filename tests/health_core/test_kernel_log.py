@@ -234,3 +234,34 @@ def test_to_json_has_the_stable_core_first(xid_dir):
     assert data["line"] == 1 and data["category"] == "hardware" and data["action"] == "reset_gpu"
     assert data["pid"] == 1797828 and data["at"] == "2024-08-30T11:43:14+00:00"
     json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    ("line", "host", "at", "uptime"),
+    [
+        # journalctl -k (short): the host name after the stamp
+        (f"May 07 09:01:02 gpu-017 kernel: {XID79}", "gpu-017", datetime(2024, 5, 7, 9, 1, 2, tzinfo=UTC), None),
+        # journalctl -o short-precise
+        (f"May 07 09:01:02.123456 gpu-017 kernel: {XID79}", "gpu-017",
+         datetime(2024, 5, 7, 9, 1, 2, 123456, tzinfo=UTC), None),
+        # journalctl -o short-monotonic
+        (f"[ 1843.308145] gpu-017 kernel: {XID79}", "gpu-017", None, 1843.308145),
+        # journalctl -o short-iso
+        (f"2024-05-07T09:01:02+0200 gpu-017 kernel: {XID79}", "gpu-017",
+         datetime(2024, 5, 7, 9, 1, 2, tzinfo=timezone(timedelta(hours=2))), None),
+        # rsyslog forwarding with the priority kept (RFC 3164), and RFC 5424 with its version and dashes
+        (f"<4>May  7 09:01:02 gpu-017 kernel: {XID79}", "gpu-017", datetime(2024, 5, 7, 9, 1, 2, tzinfo=UTC), None),
+        (f"<4>1 2024-05-07T09:01:02.5Z gpu-017 kernel - - - {XID79}", "gpu-017",
+         datetime(2024, 5, 7, 9, 1, 2, 500000, tzinfo=UTC), None),
+        # syslog without a host name, with the kernel's own uptime stamp
+        (f"May  7 09:01:02 kernel: [ 1843.308145] {XID79}", None, datetime(2024, 5, 7, 9, 1, 2, tzinfo=UTC),
+         1843.308145),
+        # dmesg -x (facility and level), dmesg -r (raw priority)
+        (f"kern  :warn  : [Tue May  7 09:01:02 2024] {XID79}", None, datetime(2024, 5, 7, 9, 1, 2, tzinfo=UTC), None),
+        (f"<4>[ 1843.308145] {XID79}", None, None, 1843.308145),
+    ],
+)
+def test_journal_and_syslog_variants_keep_host_and_time(line, host, at, uptime):
+    (event,) = parse_lines([line], year=2024)
+    assert (event.kind, event.xid, event.pci_bus_id, event.category) == (KIND_XID, 79, "0000:3b:00", Category.PCIE)
+    assert (event.host, event.at, event.uptime_s) == (host, at, uptime)
