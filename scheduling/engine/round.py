@@ -78,7 +78,7 @@ class Round:
         self.reservations.hold_carried()
         queues = by_queue(self.snap.pending)
         pending: dict[int, tuple[PendingReason, str, float | None]] = {}
-        for wl in round_order(queues, self.quota.share):
+        for wl in round_order(queues, self.quota.share, self._cohort_of):
             miss = self.consider(wl)
             if miss is not None:
                 pending[wl.id] = (miss.reason, miss.message, self.reservations.start_of(wl.id))
@@ -91,6 +91,10 @@ class Round:
                     self.result.pending.append(Pending(wl.id, reason, message, position, start))
         self.result.reservations.update(self.reservations.export())
         return self.result
+
+    def _cohort_of(self, queue: str) -> str | None:
+        view = self.snap.queues.get(queue)
+        return view.cohort if view is not None else None
 
     def consider(self, wl: WorkloadSpec) -> Miss | None:
         """Admit `wl` or return why it stays pending."""
