@@ -89,6 +89,7 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
             "time_limit_seconds",
             "run_seconds",
             "checkpoint_interval_seconds",
+            "elastic_min_replicas",
             "placements",
             "transitions",
             "checkpoint",

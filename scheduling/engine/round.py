@@ -9,7 +9,7 @@ Phases per workload (in round order):
 Capacity and quota usage update as the round admits, so later workloads see earlier ones."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .backfill import Reservations
 from .ordering import by_queue, round_order
@@ -31,6 +31,7 @@ from .types import (
 )
 
 QUIET_MISS = Miss(PendingReason.INSUFFICIENT_CAPACITY, "")
+QUOTA_REASONS = frozenset({PendingReason.QUOTA_EXCEEDED, PendingReason.BORROWING_LIMIT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,8 @@ class Round:
             return Miss(PendingReason.INSUFFICIENT_CAPACITY, "workload has no pod sets")
         own = self.reservations.release_own(wl.id)
         got = self.place(wl, needs)
+        if isinstance(got, Miss) and (got.is_capacity or got.reason in QUOTA_REASONS):
+            got = self.place_elastic(wl, needs) or got
         if isinstance(got, Placed) and wl.priority < 0 and not self.idle_enough(got.request):
             self.cap.undo(got.changes, taken=True)
             got = Miss(PendingReason.OPPORTUNISTIC_NO_IDLE,
@@ -113,7 +116,7 @@ class Round:
             self.admit(wl, got)
             return None
         miss = got
-        if miss.is_capacity or miss.reason in (PendingReason.QUOTA_EXCEEDED, PendingReason.BORROWING_LIMIT):
+        if miss.is_capacity or miss.reason in QUOTA_REASONS:
             waited = self.preemptor.handle(wl, needs, miss, own)
             if waited is not None:
                 return waited
@@ -124,6 +127,30 @@ class Round:
             for flavor, gpus in self.flavor_demand(needs).items():
                 self.wanted[flavor] = self.wanted.get(flavor, 0) + gpus
         return miss
+
+    def place_elastic(self, wl: WorkloadSpec, needs: list[Need]) -> Placed | None:
+        """The largest size from the elastic minimum up that places now, or None.
+
+        Only a single-pod-set gang shrinks: with several pod sets nothing says which to cut.
+        Binary search over the replica count; each probe that fits is given back, and the
+        chosen size placed again for real."""
+        low = wl.elastic_min_replicas
+        if low is None or len(needs) != 1 or low >= needs[0].replicas:
+            return None
+        spec = needs[0].spec
+        high, best = needs[0].replicas - 1, 0
+        while low <= high:
+            size = (low + high) // 2
+            got = self.place(wl, [need_of(replace(spec, replicas=size))], quiet=True)
+            if isinstance(got, Placed):
+                self.cap.undo(got.changes, taken=True)
+                best, low = size, size + 1
+            else:
+                high = size - 1
+        if not best:
+            return None
+        got = self.place(wl, [need_of(replace(spec, replicas=best))])
+        return got if isinstance(got, Placed) else None
 
     def admit(self, wl: WorkloadSpec, placed: Placed) -> None:
         self.quota.add(wl.queue, placed.request)

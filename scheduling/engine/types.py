@@ -128,6 +128,9 @@ class WorkloadSpec:
     time_limit_s: float | None = None
     may_preempt: bool = False
     preemptible: bool = True
+    # Elastic gang: with one pod set, it may start with as few as this many replicas when the
+    # full size does not fit (None: all replicas or nothing).
+    elastic_min_replicas: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

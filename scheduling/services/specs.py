@@ -218,6 +218,12 @@ def parse_spec(spec: Any) -> WorkloadDraft:
     draft.elastic_min_replicas = _int(
         spec.get("elastic_min_replicas"), "elastic_min_replicas", minimum=1, required=False
     )
+    if draft.elastic_min_replicas is not None:
+        if len(pod_sets) != 1:
+            raise _fail("elastic_min_replicas", "Only a workload with one pod set can be elastic.")
+        if draft.elastic_min_replicas > pod_sets[0].replicas:
+            raise _fail("elastic_min_replicas",
+                        f"Must be at most the pod set's {pod_sets[0].replicas} replicas.")
     return draft
 
 

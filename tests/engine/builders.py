@@ -74,13 +74,14 @@ class SnapshotBuilder:
             replicas: int = 1, gpus: int = 1, flavor: str | None = "h100", topology: Topology = Topology.NONE,
             required: bool = False, time_limit: float | None = None, may_preempt: bool = False,
             milli: int | None = None, mig: str | None = None, products: tuple[str, ...] = (),
-            cpu: int = 0, mem: int = 0, pod_sets: tuple[PodSetSpec, ...] | None = None) -> SnapshotBuilder:
+            cpu: int = 0, mem: int = 0, pod_sets: tuple[PodSetSpec, ...] | None = None,
+            elastic_min: int | None = None) -> SnapshotBuilder:
         sets = pod_sets or (PodSetSpec("main", replicas, 0 if milli else gpus, flavor, products, milli, mig, cpu, mem),)
         self._pending.append(WorkloadSpec(
             id=id, name=name, queue=queue, priority=priority,
             submitted_at=float(id if submitted is None else submitted),
             pod_sets=sets, topology=topology, topology_required=required, time_limit_s=time_limit,
-            may_preempt=may_preempt,
+            may_preempt=may_preempt, elastic_min_replicas=elastic_min,
         ))
         return self
 

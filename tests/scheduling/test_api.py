@@ -41,6 +41,9 @@ def _with_pod_set(**changes) -> dict:
         ({**EXAMPLE, "checkpoint": {"enabled": True, "write_seconds": -1}}, "checkpoint.write_seconds", "at least 0"),
         ({**EXAMPLE, "topology": {"level": "row"}}, "topology.level", "one of"),
         ({**EXAMPLE, "colour": "red"}, "colour", "Unknown field"),
+        ({**EXAMPLE, "elastic_min_replicas": 5}, "elastic_min_replicas", "at most the pod set's 4"),
+        ({**EXAMPLE, "elastic_min_replicas": 1, "pod_sets": [EXAMPLE["pod_sets"][0], {
+            **EXAMPLE["pod_sets"][0], "name": "ps"}]}, "elastic_min_replicas", "one pod set"),
     ],
     ids=[
         "zero replicas",
@@ -56,6 +59,8 @@ def _with_pod_set(**changes) -> dict:
         "negative checkpoint write",
         "unknown topology level",
         "unknown field",
+        "elastic minimum above replicas",
+        "elastic with several pod sets",
     ],
 )
 def test_an_invalid_spec_is_refused_with_the_field_and_the_reason(research_queue, operator, body, field, words):
