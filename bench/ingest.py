@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/ingest.py                       # 1,000 nodes x 8 GPUs, 200,000 kernel-log lines
     .venv/bin/python bench/ingest.py --nodes 200 --log-lines 50000
-    .venv/bin/python bench/ingest.py --store               # also time the Django store path (see STORE_HOOK)
+    .venv/bin/python bench/ingest.py --store               # also time the Django store path (see STORE_HOOK),
+                                                           # in a scratch SQLite database
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleetdeck_bench .venv/bin/python bench/ingest.py --store
                                                            # PostgreSQL: the bench creates that database
 
@@ -26,6 +27,7 @@ import random
 import re
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -256,6 +258,11 @@ def bench_store(payloads: list[tuple[str, str]]) -> int:
     """Parse + store (health.services.dcgm_ingest) per payload in this one process (= one worker):
     a first scrape of the fleet (empty label-block cache) and a second one 15 s later."""
     module_name, _, function_name = STORE_HOOK.partition(":")
+    # Never the developer's own database: without DATABASE_URL, a scratch SQLite file that goes away.
+    scratch = None
+    if not os.environ.get("DATABASE_URL"):
+        scratch = tempfile.TemporaryDirectory(prefix="fleetdeck-bench-")
+        os.environ["DATABASE_URL"] = f"sqlite:///{Path(scratch.name) / 'bench.sqlite3'}"
     try:
         import django
 
