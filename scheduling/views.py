@@ -98,6 +98,8 @@ def _placement_map(workload: Workload, placements: list[dict]) -> list[dict]:
 def workload_detail(request, pk: int):
     workload = get_object_or_404(_workloads().visible_to(request.user).prefetch_related("transitions"), pk=pk)
     placements = workload_placements(workload)
+    advice = checkpoint_advice(workload, now=timezone.now())
+    preempted = Preemption.objects.filter(victim=workload).select_related("preemptor")[:20]
     return render(
         request,
         "scheduling/workload_detail.html",
@@ -105,9 +107,13 @@ def workload_detail(request, pk: int):
             "w": workload,
             "placements": placements,
             "placement_map": _placement_map(workload, placements),
-            "advice": checkpoint_advice(workload, now=timezone.now()),
+            "advice": advice,
+            "advice_text": {k: _duration(advice.get(k)) for k in (
+                "interval_seconds", "expected_loss_per_failure_seconds", "current_interval_seconds")},
+            "lost_gpu_hours": workload.lost_gpu_seconds / 3600,
             "colors": WORKLOAD_STATE_COLORS,
-            "preemptions": Preemption.objects.filter(victim=workload).select_related("preemptor")[:20],
+            "preemptions": [_grace_outcome(p) for p in preempted],
+            "preempted_for": Preemption.objects.filter(preemptor=workload).select_related("victim")[:20],
             "may_cancel": may_act_for_team(request.user, workload.team_id)
             and workload.state not in (WorkloadState.SUCCEEDED, WorkloadState.FAILED, WorkloadState.CANCELLED),
             "cancel_form": WorkloadCancelForm(),
@@ -132,10 +138,32 @@ def preemptions(request):
     rows = Preemption.objects.select_related("preemptor", "victim", "victim__priority_class")
     page = Paginator(rows, 100).get_page(request.GET.get("page"))
     for p in page:
-        end = p.completed_at
-        p.grace_used = (end - p.requested_at).total_seconds() if end else None
-        p.lost_gpu_hours = p.lost_gpu_seconds / 3600
+        _grace_outcome(p)
     return render(request, "scheduling/preemptions.html", {"page": page})
+
+
+def _grace_outcome(p: Preemption) -> Preemption:
+    """How much of its grace the victim used. The executor notices a passed deadline on its next
+    tick, so the stop can come a few seconds after it: that time is not grace given, so it is
+    shown apart ("stopped hard after") rather than as more grace used than was given."""
+    p.lost_gpu_hours = p.lost_gpu_seconds / 3600
+    p.grace_used = p.stopped_after = None
+    p.stopped_hard = False
+    if p.completed_at is not None:
+        p.stopped_after = max(0.0, (p.completed_at - p.requested_at).total_seconds())
+        p.stopped_hard = p.completed_at >= p.deadline
+        p.grace_used = min(p.stopped_after, float(p.grace_seconds))
+    return p
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.1f} hours"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} minutes"
+    return f"{seconds:.0f} seconds"
 
 
 @require_http_methods(["GET", "POST"])

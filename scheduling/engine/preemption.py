@@ -193,6 +193,7 @@ class Preemptor:
             else:
                 why = f"{wl.name} (priority {wl.priority}) needs the GPUs of {rw.name} (priority {rw.priority})"
             self.rnd.result.preemptions.append(
-                Preempt(rw.id, wl.id, kind, f"{why}; {self.lost_work(rw):.0f} GPU-seconds since last checkpoint",
+                Preempt(rw.id, wl.id, kind,
+                        f"{why}; {self.lost_work(rw) / 3600:.2f} GPU-hours of work since its last checkpoint",
                         self.rnd.now + rw.grace_s)
             )

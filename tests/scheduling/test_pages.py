@@ -5,10 +5,12 @@ from __future__ import annotations
 from django.test import Client
 from django.urls import reverse
 
+from core.actors import Actor
 from fleet.models import Node
-from scheduling.models import Workload
+from scheduling.models import Preemption, Queue, QueueQuota, Workload
+from scheduling.services import workload_submit
 
-from .conftest import api_for, run_round, submit, training
+from .conftest import api_for, make_cluster, run_round, submit, training
 
 
 def _login(user) -> Client:
@@ -68,3 +70,34 @@ def test_an_operator_drains_a_node_from_its_page_after_confirming(research_queue
     assert Workload.objects.get(name="train").state == "requeued"
 
     assert _login(team_member).post("/scheduling/nodes/n2/drain/", {"reason": "x", "confirm": "yes"}).status_code == 403
+
+
+def test_preemption_history_shows_both_sides_the_grace_given_and_used_and_the_lost_work(
+    db, team, classes, operator, clock
+):
+    queue = Queue.objects.create(name="research-q", team=team)
+    QueueQuota.objects.create(queue=queue, flavor=make_cluster(nodes=2, per_rack=2), nominal=64)
+    ops = Actor.automation("test")
+    low = workload_submit(spec=training("low", 16, priority="research-batch"), actor=ops)
+    run_round(clock)
+    clock.advance(700)
+    high = workload_submit(spec=training("high", 8, priority="training-prod"), actor=ops)
+    run_round(clock)
+    preemption = Preemption.objects.get()
+    grace = preemption.grace_seconds
+    clock.advance(grace + 9)  # the executor notices the passed deadline 9 s late
+    run_round(clock)
+    preemption.refresh_from_db()
+    assert preemption.completed_at is not None
+
+    page = _login(operator)
+    history = page.get("/scheduling/preemptions/").content.decode()
+    assert ">high</a>" in history and ">low</a>" in history and "PRIORITY" in history
+    assert f"{grace} s, then stopped hard" in history and f"(after {grace + 9} s)" in history
+    assert f"{preemption.lost_gpu_seconds / 3600:.2f}" in history
+    assert "GPU-hours of work since its last checkpoint" in history
+
+    victim = page.get(f"/scheduling/workloads/{low.pk}/").content.decode()
+    assert 'id="preempted"' in victim and ">high</a>" in victim and "then stopped hard" in victim
+    preemptor = page.get(f"/scheduling/workloads/{high.pk}/").content.decode()
+    assert 'id="preempted-for"' in preemptor and ">low</a>" in preemptor
