@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Sum
+from django.db.models.signals import post_delete, post_save
 
 from fleet.choices import GpuHealth, NodeState, SharingMode
 from fleet.models import Gpu, Node
@@ -44,6 +46,9 @@ class SnapshotIndex:
     gpu_ids: dict[tuple[str, int], int] = field(default_factory=dict)
     pod_sets: dict[int, dict[str, tuple[int, str]]] = field(default_factory=dict)  # wid -> name -> (id, sharing)
     node_executor: dict[str, str] = field(default_factory=dict)
+    # What each waiting workload's reason, message and position were when loaded, so the
+    # follow-up writes only the ones the round changed without reading them again.
+    pending_info: dict[int, tuple[str, str, int | None]] = field(default_factory=dict)
 
 
 def ts(value: datetime | None) -> float | None:
@@ -245,8 +250,15 @@ def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, t
         "topology_mode",
         "time_limit_seconds",
         "reserved_placements",
+        "pending_reason",
+        "pending_message",
+        "queue_position",
     )
-    for pk, name, queue, prio, may_preempt, preemptible, submitted, level, mode, limit, reserved in rows:
+    for (
+        pk, name, queue, prio, may_preempt, preemptible, submitted, level, mode, limit, reserved, reason, message,
+        position,
+    ) in rows:
+        index.pending_info[pk] = (reason, message, position)
         if pk not in pod_sets:
             continue
         specs.append(
@@ -269,8 +281,30 @@ def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, t
     return specs, reservations
 
 
+ACTIVE_COLUMNS = (
+    "pk",
+    "name",
+    "queue__name",
+    "priority_class__value",
+    "priority_class__preemptible",
+    "priority_class__grace_seconds",
+    "priority_class__min_runtime_seconds",
+    "started_at",
+    "admitted_at",
+    "last_checkpoint_at",
+    "last_preempted_at",
+    "time_limit_seconds",
+    "borrowed",
+    "state",
+)
+
+
 def _load_running(
-    held: list[tuple], flavor_of_node: dict[int, str], node_name: dict[int, str], gpu_index: dict[int, int]
+    held: list[tuple],
+    flavor_of_node: dict[int, str],
+    node_name: dict[int, str],
+    gpu_index: dict[int, int],
+    rows: list[tuple] | None = None,
 ) -> list[RunningWorkload]:
     placements: dict[int, dict[tuple[str, int, str], list[GpuAssignment]]] = defaultdict(lambda: defaultdict(list))
     flavor_milli: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -281,22 +315,8 @@ def _load_running(
         )
         flavor_milli[wid][flavor_of_node.get(node_id, "")] += milli
     preemptors = dict(Preemption.objects.filter(completed_at__isnull=True).values_list("victim_id", "preemptor_id"))
-    rows = Workload.objects.filter(state__in=ACTIVE_STATES).values_list(
-        "pk",
-        "name",
-        "queue__name",
-        "priority_class__value",
-        "priority_class__preemptible",
-        "priority_class__grace_seconds",
-        "priority_class__min_runtime_seconds",
-        "started_at",
-        "admitted_at",
-        "last_checkpoint_at",
-        "last_preempted_at",
-        "time_limit_seconds",
-        "borrowed",
-        "state",
-    )
+    if rows is None:
+        rows = list(Workload.objects.filter(state__in=ACTIVE_STATES).values_list(*ACTIVE_COLUMNS))
     running = []
     for (
         pk,
@@ -364,10 +384,12 @@ def snapshot_load(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
     flavor_by_name = {n.name: n.flavor for n in nodes}
     flavor_of_node = {pk: flavor_by_name[name] for pk, name in node_name.items()}
     gpu_index = {pk: gindex for (_node, gindex), pk in index.gpu_ids.items()}
-    queue_of = dict(Workload.objects.filter(state__in=ACTIVE_STATES).values_list("pk", "queue__name"))
+    # One read of the active workloads serves both the queues' usage and the running list.
+    active = list(Workload.objects.filter(state__in=ACTIVE_STATES).values_list(*ACTIVE_COLUMNS))
+    queue_of = {row[0]: row[2] for row in active}
     queues = _load_queues(held, flavor_of_node, queue_of)
     pending, reservations = _load_pending(index)
-    running = _load_running(held, flavor_of_node, node_name, gpu_index)
+    running = _load_running(held, flavor_of_node, node_name, gpu_index, active)
     snapshot = Snapshot(
         now=now.timestamp(),
         nodes=nodes,
@@ -375,7 +397,7 @@ def snapshot_load(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
         running=running,
         pending=pending,
         reservations=reservations,
-        typical_mix=typical_mix_load(now=now),
+        typical_mix=typical_mix_cached(now=now),
     )
     return snapshot, index
 
@@ -414,6 +436,52 @@ def typical_mix_load(*, now: datetime) -> tuple[tuple[PodSetShape, int], ...]:
         spec = PodSetSpec("", 1, gpus, flavor, tuple(products or ()), milli, None, cpu, mem)
         counts[PodSetShape.of(spec)] += count
     return tuple(sorted(counts.items(), key=lambda kv: -kv[1])[:limit])
+
+
+# The mix summarises a week of submissions, so a minute-old one places as well as a fresh one;
+# rounds run every 100 ms, and its query was the dearest of the snapshot's. Cached per process
+# for the minute of `now` (the clock every service takes, simulated ones included), the
+# database and the settings it depends on. Saving or deleting a workload or pod set in this
+# process starts afresh, so a process's own submissions show up at once; other processes'
+# show up within the minute.
+MIX_CACHE_SECONDS = 60
+_mix_cache: dict[tuple, tuple[tuple[PodSetShape, int], ...]] = {}
+_mix_generation = 0
+
+
+def typical_mix_cache_clear(**kwargs) -> None:
+    """Forget the cached mixes. Also the receiver of a workload's creation or deletion and of
+    any pod set saved in this process (the updates of a running workload leave the mix alone)."""
+    global _mix_generation
+    if kwargs.get("sender") is Workload and not kwargs.get("created", True):
+        return
+    _mix_generation += 1
+    _mix_cache.clear()
+
+
+for _model in (Workload, PodSet):
+    post_save.connect(typical_mix_cache_clear, sender=_model, dispatch_uid=f"typical-mix-{_model.__name__}-save")
+    post_delete.connect(typical_mix_cache_clear, sender=_model, dispatch_uid=f"typical-mix-{_model.__name__}-del")
+
+
+def typical_mix_cached(*, now: datetime) -> tuple[tuple[PodSetShape, int], ...]:
+    """typical_mix_load, reused within the same minute of `now` (see MIX_CACHE_SECONDS)."""
+    conf = settings.FLEETDECK
+    key = (
+        connection.vendor,
+        connection.settings_dict.get("NAME"),
+        conf.get("FRAGMENTATION_HISTORY_DAYS", 7),
+        conf.get("FRAGMENTATION_MIX_SHAPES", 32),
+        MIX_SAMPLE_WORKLOADS,
+        _mix_generation,
+        int(now.timestamp() // MIX_CACHE_SECONDS),
+    )
+    mix = _mix_cache.get(key)
+    if mix is None:
+        if len(_mix_cache) > 16:  # only the current minute is ever asked for again
+            _mix_cache.clear()
+        mix = _mix_cache[key] = typical_mix_load(now=now)
+    return mix
 
 
 # --- reads for pages and the API --------------------------------------------------------------

@@ -72,6 +72,17 @@ def fast_passwords(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def fresh_typical_mix():
+    """The placement round caches the typical mix per process for a minute of `now`; tests
+    reuse the same clock on a rolled-back database, so none may see another's mix."""
+    from scheduling.selectors import typical_mix_cache_clear
+
+    typical_mix_cache_clear()
+    yield
+    typical_mix_cache_clear()
+
+
 def _user(username: str, *, operator: bool = False) -> User:
     user = User.objects.create_user(username=username, password="pw-" + username)
     if operator:

@@ -74,7 +74,7 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundRe
     report = round_commit(result=result, index=index, actor=actor, now=now)  # phase 3
     t3 = time.perf_counter()
     if not report.skipped:
-        report.stopped_hard = _follow_up(report, result, actor, now)  # phase 4
+        report.stopped_hard = _follow_up(report, result, actor, now, index)  # phase 4
     t4 = time.perf_counter()
     timings = {
         "load_ms": (t1 - t0) * 1e3,
@@ -254,19 +254,34 @@ def _save_reservations(result: RoundResult, placed: list[int]) -> None:
     keep = {wid: r for wid, r in result.reservations.items() if wid not in set(placed)}
     stale = Workload.objects.filter(state__in=WAITING).exclude(reserved_placements=[]).exclude(pk__in=list(keep))
     stale.update(reserved_placements=[])
+    if connection.vendor == "postgresql":
+        rows_update(
+            model=Workload,
+            fields=["reserved_placements"],
+            rows={wid: (json.dumps(placements_to_json(placements)),) for wid, placements in keep.items()},
+            extra_where="t.state IN ('pending', 'requeued')",
+        )
+        return
     for wid, placements in keep.items():
         Workload.objects.filter(pk=wid, state__in=WAITING).update(reserved_placements=placements_to_json(placements))
 
 
-def pending_info_save(result: RoundResult) -> int:
-    """Write each still-waiting workload's reason, message and position (only rows that changed)."""
+def pending_info_save(result: RoundResult, *, loaded: dict[int, tuple] | None = None) -> int:
+    """Write each still-waiting workload's reason, message and position (only rows that changed).
+
+    `loaded` (SnapshotIndex.pending_info) holds the values the round's snapshot read; on
+    PostgreSQL they stand in for a second read, the UPDATE's state condition skipping rows that
+    stopped waiting meanwhile. SQLite has no such condition here, so it reads them again."""
     wanted = {p.workload_id: (str(p.reason), p.message, p.position) for p in result.pending}
     if not wanted:
         return 0
-    current = {}
-    for part in by_ids(Workload.objects.filter(state__in=WAITING), list(wanted)):
-        rows = part.values_list("pk", "pending_reason", "pending_message", "queue_position")
-        current.update({pk: (reason, message, pos) for pk, reason, message, pos in rows})
+    if loaded is not None and connection.vendor == "postgresql":
+        current = loaded
+    else:
+        current = {}
+        for part in by_ids(Workload.objects.filter(state__in=WAITING), list(wanted)):
+            rows = part.values_list("pk", "pending_reason", "pending_message", "queue_position")
+            current.update({pk: (reason, message, pos) for pk, reason, message, pos in rows})
     changed = {pk: values for pk, values in wanted.items() if pk in current and current[pk] != values}
     with transaction.atomic():
         return rows_update(
@@ -277,10 +292,10 @@ def pending_info_save(result: RoundResult) -> int:
         )
 
 
-def _follow_up(report: RoundReport, result: RoundResult, actor: Actor, now: datetime) -> int:
+def _follow_up(report: RoundReport, result: RoundResult, actor: Actor, now: datetime, index: SnapshotIndex) -> int:
     from .execution import preemption_deadlines_enforce, workloads_start
 
-    pending_info_save(result)
+    pending_info_save(result, loaded=index.pending_info)
     names = dict(Workload.objects.filter(pk__in=[a[0] for a in report.admitted][:5000]).values_list("pk", "name"))
     report.admitted = [(wid, names.get(wid, ""), placements) for wid, _, placements in report.admitted]
     workloads_start(actor=Actor.automation("executor"), now=now, workload_ids=[a[0] for a in report.admitted])

@@ -1,0 +1,142 @@
+"""The round's shortcuts change no decision: the follow-up writes only what changed, the snapshot
+carries what it read, and the typical mix is reused only where it cannot be stale."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+
+from scheduling.engine import schedule
+from scheduling.models import Workload
+from scheduling.selectors import snapshot_load, typical_mix_cached, typical_mix_load
+from scheduling.services.rounds import pending_info_save
+
+from .conftest import api_for, run_round, submit, training
+
+
+def _waiting_info() -> dict[int, tuple]:
+    rows = Workload.objects.filter(state__in=("pending", "requeued")).values_list(
+        "pk", "pending_reason", "pending_message", "queue_position"
+    )
+    return {pk: (reason, message, pos) for pk, reason, message, pos in rows}
+
+
+@pytest.fixture
+def backlog(research_queue, team_member, clock) -> list[int]:
+    """Four 64-GPU gangs on the 64-GPU cluster: one runs, three wait in line."""
+    client = api_for(team_member)
+    ids = []
+    for i in range(4):
+        ids.append(submit(client, **training(f"gang-{i}", 64))["id"])
+        clock.advance(1)
+    return ids
+
+
+def test_the_snapshot_carries_each_waiting_workloads_reason_message_and_position(backlog, clock):
+    run_round(clock)
+    clock.advance(1)
+    _snapshot, index = snapshot_load(now=clock.now)
+    assert index.pending_info == _waiting_info()
+    assert len(index.pending_info) == 3
+    assert sorted(pos for _r, _m, pos in index.pending_info.values()) == [1, 2, 3]
+
+
+def test_the_follow_up_writes_only_the_rows_whose_reason_message_or_position_changed(backlog, clock):
+    run_round(clock)
+    clock.advance(1)
+    snapshot, index = snapshot_load(now=clock.now)
+    result = schedule(snapshot)
+    assert pending_info_save(result, loaded=index.pending_info) == 0  # nothing moved since the last round
+    assert pending_info_save(result) == 0
+
+    # One waiting gang goes back to a blank state: that row, and only it, is written again.
+    first = min(index.pending_info)
+    before = _waiting_info()
+    Workload.objects.filter(pk=first).update(pending_reason="", pending_message="", queue_position=None)
+    snapshot, index = snapshot_load(now=clock.now)
+    result = schedule(snapshot)
+    assert pending_info_save(result, loaded=index.pending_info) == 1
+    assert _waiting_info() == before
+
+
+def test_a_row_that_stopped_waiting_after_the_snapshot_is_left_alone(backlog, clock):
+    if connection.vendor != "postgresql":
+        pytest.skip("the loaded values stand in for a second read on PostgreSQL only")
+    run_round(clock)
+    snapshot, index = snapshot_load(now=clock.now)
+    result = schedule(snapshot)
+    gone = result.pending[0].workload_id
+    Workload.objects.filter(pk=gone).update(state="cancelled", pending_reason="", queue_position=None)
+    stale = {pk: ("", "", None) for pk in index.pending_info}  # every row looks changed
+    assert pending_info_save(result, loaded=stale) == len(result.pending) - 1
+    assert Workload.objects.get(pk=gone).queue_position is None
+
+
+def test_a_second_round_at_rest_writes_no_pending_rows(backlog, clock, monkeypatch):
+    from scheduling.services import rounds
+
+    written = []
+    real = rounds.pending_info_save
+    monkeypatch.setattr(rounds, "pending_info_save", lambda result, **kw: written.append(real(result, **kw)))
+    run_round(clock)
+    clock.advance(1)
+    before = _waiting_info()
+    report = run_round(clock)
+    assert report.admitted == [] and report.pending == 3
+    assert written == [3, 0]  # the first round set three rows; at rest nothing changed
+    assert _waiting_info() == before
+
+
+def test_the_typical_mix_is_reused_within_the_minute_and_read_again_after(
+    research_queue, team_member, clock, django_assert_num_queries, settings
+):
+    client = api_for(team_member)
+    submit(client, **training("a", 16))
+    first = typical_mix_cached(now=clock.now)
+    assert first == typical_mix_load(now=clock.now)
+    with django_assert_num_queries(0):
+        assert typical_mix_cached(now=clock.now + timedelta(seconds=1)) == first
+
+    # Pod sets written without signals (bulk paths, other processes) show up a minute later.
+    Workload.objects.update(submitted_at=clock.now - timedelta(days=30))
+    with django_assert_num_queries(0):
+        assert typical_mix_cached(now=clock.now) == first
+    later = clock.now + timedelta(seconds=60 - clock.now.second + 1)
+    with django_assert_num_queries(1):
+        assert typical_mix_cached(now=later) == ()
+
+    # A submission in this process is seen at once.
+    submit(client, **training("b", 8))
+    assert typical_mix_cached(now=later) == typical_mix_load(now=later) != ()
+
+    # So is a change of the settings it depends on.
+    settings.FLEETDECK = {**settings.FLEETDECK, "FRAGMENTATION_HISTORY_DAYS": 0}
+    assert typical_mix_cached(now=later) == ()
+
+
+def test_reservations_are_saved_in_one_statement_and_dropped_when_no_longer_wanted(backlog, clock):
+    from types import SimpleNamespace
+
+    from django.db import transaction
+
+    from scheduling.engine.types import GpuAssignment, ReplicaPlacement
+    from scheduling.selectors import placements_to_json
+    from scheduling.services.rounds import _save_reservations
+
+    run_round(clock)
+    running, kept, dropped, cancelled = backlog
+    plan = (
+        ReplicaPlacement(pod_set="worker", replica=0, node="n3", gpus=(GpuAssignment(index=0), GpuAssignment(index=1))),
+    )
+    Workload.objects.filter(pk=dropped).update(reserved_placements=placements_to_json(plan))
+    Workload.objects.filter(pk=cancelled).update(state="cancelled")
+    with transaction.atomic():
+        _save_reservations(SimpleNamespace(reservations={kept: plan, cancelled: plan, running: plan}), [running])
+
+    saved = dict(Workload.objects.values_list("pk", "reserved_placements"))
+    assert saved[kept] == placements_to_json(plan)
+    assert saved[kept][0]["gpus"][1] == {"index": 1, "milli": 1000, "mig": "", "mig_profile": ""}
+    assert saved[dropped] == []  # wanted no longer
+    assert saved[cancelled] == [] and saved[running] == []  # not waiting / placed this round
