@@ -111,6 +111,7 @@ def workload_detail(request, pk: int):
             "advice_text": {k: _duration(advice.get(k)) for k in (
                 "interval_seconds", "expected_loss_per_failure_seconds", "current_interval_seconds")},
             "lost_gpu_hours": workload.lost_gpu_seconds / 3600,
+            "time_to_bind": None if workload.time_to_bind is None else _duration(workload.time_to_bind.total_seconds()),
             "colors": WORKLOAD_STATE_COLORS,
             "preemptions": [_grace_outcome(p) for p in preempted],
             "preempted_for": Preemption.objects.filter(preemptor=workload).select_related("victim")[:20],
@@ -163,7 +164,7 @@ def _duration(seconds: float | None) -> str:
         return f"{seconds / 3600:.1f} hours"
     if seconds >= 120:
         return f"{seconds / 60:.0f} minutes"
-    return f"{seconds:.0f} seconds"
+    return f"{seconds:.0f} seconds" if seconds >= 10 else f"{seconds:.1f} seconds"
 
 
 @require_http_methods(["GET", "POST"])
