@@ -10,7 +10,7 @@ from core.actors import Actor
 from scheduling.choices import WorkloadState
 from scheduling.executors import Executor, base, executor_for_kind, register_executor
 from scheduling.models import Allocation, Workload
-from scheduling.services import executor_tick, workload_stop_gang, workload_submit
+from scheduling.services import executor_tick, workload_cancel, workload_stop_gang, workload_submit
 
 from .conftest import run_round, training
 
@@ -131,3 +131,35 @@ def test_the_placement_round_command_prints_its_decisions(research_queue, capsys
     out = capsys.readouterr().out
     assert "admit" in out and "train-A: n1[0,1,2,3,4,5,6,7], n2[" in out
     assert "pending" in out and "1 admitted" in out
+
+
+def test_a_burst_of_submissions_and_a_finish_each_trigger_one_debounced_round(
+    research_queue, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    from django.core.cache import cache
+
+    from scheduling import tasks
+
+    settings.REDIS_URL = ""  # the debounce falls back to the shared Django cache
+    cache.delete(tasks.DEBOUNCE_KEY)
+    sent: list[dict] = []
+    monkeypatch.setattr(tasks.placement_round_task, "apply_async", lambda **kw: sent.append(kw))
+    ops = Actor.automation("test")
+    with django_capture_on_commit_callbacks(execute=True):
+        first = workload_submit(spec=training("a", 8), actor=ops)
+        workload_submit(spec=training("b", 8), actor=ops)
+        workload_submit(spec=training("c", 8), actor=ops)
+    assert len(sent) == 1 and sent[0]["countdown"] == tasks.DEBOUNCE_SECONDS
+
+    cache.delete(tasks.DEBOUNCE_KEY)  # the debounce window has passed
+    with django_capture_on_commit_callbacks(execute=True):
+        workload_cancel(workload=first, actor=ops)
+    assert len(sent) == 2
+
+
+def test_beat_runs_a_placement_round_every_two_seconds_by_default(settings):
+    from config.celery import app
+
+    entry = settings.CELERY_BEAT_SCHEDULE["placement_round"]
+    assert entry["task"] == "scheduling.placement_round" and entry["schedule"] == 2.0
+    assert "scheduling.placement_round" in app.tasks
