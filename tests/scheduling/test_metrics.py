@@ -38,3 +38,37 @@ def test_metrics_show_pending_by_class_and_queue_time_to_bind_and_round_duration
         s.labels["kind"]: s.value for s in families["fleetdeck_admissions"].samples if s.name.endswith("_total")
     }
     assert admissions == {"fresh": 1}
+
+
+def test_metrics_count_preemptions_by_reason_and_restarts_apart_from_fresh_admissions(
+    db, team, classes, client, clock
+):
+    from core.actors import Actor
+    from scheduling.models import Queue, QueueQuota
+    from scheduling.services import workload_cancel, workload_submit
+
+    from .conftest import make_cluster
+
+    queue = Queue.objects.create(name="research-q", team=team)
+    QueueQuota.objects.create(queue=queue, flavor=make_cluster(nodes=2, per_rack=2), nominal=64)
+    ops = Actor.automation("test")
+    workload_submit(spec=training("low", 16, priority="research-batch"), actor=ops)
+    run_round(clock)
+    clock.advance(700)
+    high = workload_submit(spec=training("high", 8, priority="training-prod"), actor=ops)
+    run_round(clock)  # preempts low (PRIORITY), grace 60 s
+    clock.advance(61)
+    run_round(clock)  # low stopped and requeued; high placed on its GPUs
+    workload_cancel(workload=high, actor=ops)
+    clock.advance(1)
+    run_round(clock)  # low restarts on both nodes
+
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").content.decode())}
+    preemptions = {
+        s.labels["reason"]: s.value for s in families["fleetdeck_preemptions"].samples if s.name.endswith("_total")
+    }
+    assert preemptions == {"PRIORITY": 1}
+    admissions = {
+        s.labels["kind"]: s.value for s in families["fleetdeck_admissions"].samples if s.name.endswith("_total")
+    }
+    assert admissions == {"fresh": 2, "restart": 1}
