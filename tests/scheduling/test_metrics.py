@@ -58,7 +58,10 @@ def test_metrics_count_preemptions_by_reason_and_restarts_apart_from_fresh_admis
     high = workload_submit(spec=training("high", 8, priority="training-prod"), actor=ops)
     run_round(clock)  # preempts low (PRIORITY), grace 60 s
     clock.advance(61)
-    run_round(clock)  # low stopped and requeued; high placed on its GPUs
+    run_round(clock)  # past the deadline: low stopped and requeued
+    run_round(clock)  # high placed on the GPUs reserved for it
+    high.refresh_from_db()
+    assert high.state == "running"
     workload_cancel(workload=high, actor=ops)
     clock.advance(1)
     run_round(clock)  # low restarts on both nodes
