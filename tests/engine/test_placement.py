@@ -191,3 +191,19 @@ def test_node_topology_required_without_a_big_enough_node_is_no_topology_fit():
     p = pending(schedule(b.job(1, "j", replicas=2, gpus=2, topology=Topology.NODE, required=True).build()))[1]
     assert p.reason == PendingReason.NO_TOPOLOGY_FIT
     assert "in one node (required)" in p.message
+
+
+def test_a_multi_node_gang_takes_the_tightest_single_rack_that_fits():
+    b = (SnapshotBuilder().queue("q").nodes("a1", "a2", "a3", "a4", rack="r1").nodes("b1", "b2", "b3", rack="r2")
+         .use("b3", 0).job(1, "g", replicas=2, gpus=8))
+    assert nodes_of(admitted(schedule(b.build()))[1]) == ["b1", "b2"]
+
+
+@pytest.mark.parametrize(("replicas", "want"), [
+    (5, ["a1", "a2", "a3", "b1", "b2"]),  # no rack holds 5: the two fullest racks
+    (4, ["a1", "a2", "a3", "c1"]),  # two racks either way: the fullest, then the one that completes it exactly
+])
+def test_a_gang_no_rack_holds_spans_the_fewest_racks_fullest_first(replicas, want):
+    b = (SnapshotBuilder().queue("q").nodes("a1", "a2", "a3", rack="r1").nodes("b1", "b2", rack="r2")
+         .nodes("c1", rack="r3").job(1, "g", replicas=replicas, gpus=8))
+    assert nodes_of(admitted(schedule(b.build()))[1]) == want
