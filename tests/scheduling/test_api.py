@@ -146,6 +146,21 @@ def test_workloads_filter_by_team_state_and_queue(research_queue, team_member, c
     assert names("team=product") == []
 
 
+def test_a_pending_workload_reads_its_reason_position_and_no_placements(research_queue, team_member, clock):
+    client = api_for(team_member)
+    submit(client, **training("big", 64))
+    first = submit(client, **training("first", 8))
+    second = submit(client, **training("second", 8))
+    run_round(clock)
+
+    for workload, position in ((first, 1), (second, 2)):
+        detail = client.get(f"/api/v1/workloads/{workload['id']}/").json()
+        assert (detail["state"], detail["position"], detail["placements"]) == ("pending", position, [])
+        assert detail["pending_reason"] == "QUOTA_EXCEEDED" and "nominal 64" in detail["pending_message"]
+        assert detail["time_to_bind_seconds"] is None
+        assert [t["to_state"] for t in detail["transitions"]] == ["pending"]
+
+
 def test_queues_report_nominal_use_borrowing_lending_and_demand(db, team, classes, cohort, clock):
     flavor = make_cluster(nodes=3, per_rack=3)
     product = Team.objects.create(name="product")
