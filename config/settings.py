@@ -203,6 +203,9 @@ FLEETDECK = {
     "NCCL_QUARANTINE_WINDOW_S": env_int("NCCL_QUARANTINE_WINDOW_S", 86400),
     "WATCHDOG_STALE_SECONDS": env_int("WATCHDOG_STALE_SECONDS", 900),
     "DCGM_SCRAPE_SECONDS": env_int("DCGM_SCRAPE_SECONDS", 15),
+    # Simulated DCGM telemetry for the demo's simulated nodes (health/demo_telemetry.py); rundemo
+    # turns it on for its worker and beat. Never on a real fleet.
+    "DEMO_TELEMETRY": env_bool("DEMO_TELEMETRY", False),
     # One exporter's whole answer must arrive within this (connecting within 2 s of it).
     "DCGM_SCRAPE_TIMEOUT_SECONDS": env_int("DCGM_SCRAPE_TIMEOUT_SECONDS", 5),
     # Slurm back-end (fleet/backends/slurm): inventory sync, drain/resume mirroring, executor.
@@ -244,6 +247,9 @@ CELERY_BEAT_SCHEDULE["health_exporters_scrape"] = {
 CELERY_BEAT_SCHEDULE["health_nodes_mark_stale"] = {"task": "health.nodes_mark_stale", "schedule": 30.0}
 CELERY_BEAT_SCHEDULE["health_workloads_watchdog"] = {"task": "health.workloads_watchdog", "schedule": 300.0}
 CELERY_BEAT_SCHEDULE["health_readings_prune"] = {"task": "health.readings_prune", "schedule": 3600.0}
+if FLEETDECK["DEMO_TELEMETRY"]:
+    CELERY_BEAT_SCHEDULE["health_demo_telemetry"] = {
+        "task": "health.demo_telemetry", "schedule": 15.0, "options": {"expires": 15.0}}
 CELERY_BEAT_SCHEDULE["executor_tick"] = {
     "task": "scheduling.executor_tick",
     "schedule": float(FLEETDECK["PLACEMENT_ROUND_SECONDS"]),

@@ -123,7 +123,9 @@ class Command(BaseCommand):
 
     def _start(self, child: Child) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "DJANGO_SETTINGS_MODULE": os.environ.get(
-            "DJANGO_SETTINGS_MODULE", "config.settings")}
+            "DJANGO_SETTINGS_MODULE", "config.settings"),
+            # The demo's nodes are simulated: beat pushes simulated DCGM telemetry for them.
+            "DEMO_TELEMETRY": os.environ.get("DEMO_TELEMETRY", "true")}
         child.proc = subprocess.Popen(
             child.argv,
             cwd=settings.BASE_DIR,

@@ -19,6 +19,9 @@ class Command(BaseCommand):
 
         quotas = quota_demo_load()
         self.stdout.write(quotas.summary())
+        from scheduling.demo_workloads import load as workloads_demo_load
+
+        self.stdout.write(workloads_demo_load().summary())
         self.stdout.write("Demo logins:")
         for login in DEMO_LOGINS:
             team = f" ({login.team})" if login.team else ""
