@@ -121,16 +121,26 @@ nodes_ready() {  # every node registered and responding: no unknown/down/invalid
   ! printf '%s\n' "$states" | grep -Eq ' (unk|down|inval|fail|futr|npc)|\*'
 }
 
+detached() {  # run a daemon without the caller's open files: munged keeps them, so a lock
+  (            # (flock(1) hands its lock to the command) or a log pipe would outlive the caller
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      if [ "$fd" -gt 2 ] && [ "$fd" != 255 ]; then eval "exec $fd>&-"; fi
+    done 2>/dev/null
+    exec "$@"
+  )
+}
+
 start() {
   local fresh=$1 i
-  alive "$MUNGE_PID" || runuser -u munge -- /usr/sbin/munged
+  alive "$MUNGE_PID" || detached runuser -u munge -- /usr/sbin/munged
   if ! alive "$BASE/slurmctld.pid"; then
     # -c only on a fresh cluster: forget nodes drained and jobs left over by an earlier run.
-    if [ -n "$fresh" ]; then slurmctld -c -i; else slurmctld -i; fi
+    if [ -n "$fresh" ]; then detached slurmctld -c -i; else detached slurmctld -i; fi
   fi
   wait_for 75 ctld_up || die "slurmctld did not answer 'scontrol ping' within 15 s (see $BASE/log/slurmctld.log)"
   for i in $(seq 1 "$NODES"); do
-    alive "$BASE/slurmd-n$i.pid" || slurmd -N "n$i"
+    alive "$BASE/slurmd-n$i.pid" || detached slurmd -N "n$i"
   done
   wait_for 150 nodes_ready || {
     timeout 5 sinfo -N -o '%N %t %E' >&2 || true
