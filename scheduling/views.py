@@ -161,7 +161,7 @@ def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "—"
     if seconds >= 2 * 3600:
-        return f"{seconds / 3600:.1f} hours"
+        return f"{seconds / 60:.0f} minutes ({seconds / 3600:.1f} h)"
     if seconds >= 120:
         return f"{seconds / 60:.0f} minutes"
     return f"{seconds:.0f} seconds" if seconds >= 10 else f"{seconds:.1f} seconds"
@@ -177,7 +177,8 @@ def node_drain_view(request, name: str):
     if request.method == "POST" and form.is_valid():
         if request.POST.get("confirm") == "yes":
             outcome = node_drain(node=node, actor=Actor.for_user(request.user), **form.cleaned_data)
-            stopped = ", ".join(s.workload.name for s in outcome.stops) or "nothing was running"
+            stopped = ", ".join(f"{s.workload.name} ({s.workload.state})" for s in outcome.stops)
+            stopped = stopped or "nothing was running"
             messages.success(request, f"{node.name} drained: {stopped}.")
             return redirect("fleet:node", node.name)
         return render(

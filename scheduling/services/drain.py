@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -13,13 +13,14 @@ from core.actors import Actor
 from core.audit import audit_record
 from fleet.choices import NodeState
 from fleet.models import Node
-from scheduling.choices import ACTIVE_STATES
+from scheduling.choices import ACTIVE_STATES, WorkloadState
 from scheduling.models import Allocation, Workload
 
-from .workloads import GangStop, workload_stop_gang
+from .workloads import GangStop, workload_preempt, workload_stop_gang
 
 # The health workflow already took these nodes out of service; a drain then only evicts.
 OUT_OF_SERVICE = (NodeState.IN_REPAIR, NodeState.BURN_IN)
+DRAIN_REASON = "NODE_DRAINED"
 
 
 @dataclass
@@ -44,7 +45,13 @@ def node_drain(
     """Cordon the node (fleet.services.node_cordon), then stop EVERY workload with a replica on
     it as a whole gang, giving each `grace_seconds` to checkpoint, and requeue each from its
     last checkpoint. All in one transaction: a failure leaves the node and its gangs untouched.
-    Draining a drained node again is harmless (nothing is left to stop)."""
+    Draining a drained node again is harmless (nothing is left to stop).
+
+    With a grace period a running gang is preempted (reason NODE_DRAINED, no preemptor): it
+    keeps all its GPUs, on this node and the others, until it has checkpointed or the grace
+    runs out, and the executor tick then requeues it, as for any graceful preemption. Freeing
+    its GPUs at once would let the next round place other work on them while it still exits.
+    Without a grace, or not yet running, it is stopped and requeued at once."""
     from fleet.services import node_cordon
 
     reason = (reason or "").strip()
@@ -58,10 +65,17 @@ def node_drain(
             node = node_cordon(node=node, reason=reason, actor=actor)
         outcome = DrainOutcome(node=node)
         for workload in workloads_on_node(node):
+            why = f"node {node.name} drained: {reason}"
+            if grace_seconds > 0 and workload.state == WorkloadState.RUNNING:
+                deadline = now + timedelta(seconds=grace_seconds)
+                if workload_preempt(victim=workload, preemptor=None, reason=DRAIN_REASON, message=why,
+                                    deadline=deadline, actor=actor, now=now):
+                    outcome.stops.append(GangStop(workload=workload, stopped=True))
+                    continue
             outcome.stops.append(
                 workload_stop_gang(
                     workload=workload,
-                    reason=f"node {node.name} drained: {reason}",
+                    reason=why,
                     actor=actor,
                     grace_seconds=grace_seconds,
                     requeue=True,

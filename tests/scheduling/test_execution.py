@@ -7,6 +7,7 @@ from datetime import timedelta
 from django.core.management import call_command
 
 from core.actors import Actor
+from fleet.models import Node
 from scheduling.choices import WorkloadState
 from scheduling.executors import Executor, base, executor_for_kind, register_executor
 from scheduling.models import Allocation, Workload
@@ -163,3 +164,45 @@ def test_beat_runs_a_placement_round_every_two_seconds_by_default(settings):
     entry = settings.CELERY_BEAT_SCHEDULE["placement_round"]
     assert entry["task"] == "scheduling.placement_round" and entry["schedule"] == 2.0
     assert "scheduling.placement_round" in app.tasks
+
+
+def test_cordon_only_stops_new_placements_and_drain_stops_the_gang_within_its_grace(research_queue, clock):
+    from fleet.services import node_cordon
+    from scheduling.services import node_drain
+
+    from .conftest import nodes_of
+
+    ops = Actor.automation("test")
+    spec = training("job", 8, checkpoint={"enabled": True, "write_seconds": 120}, checkpoint_interval_seconds=600)
+    job = workload_submit(spec=spec, actor=ops)
+    run_round(clock)
+    clock.advance(700)  # one checkpoint, at 600 s
+    executor_tick(now=clock.now)
+    [home] = nodes_of(job.pk)
+    node = Node.objects.get(name=home)
+
+    node_cordon(node=node, reason="fan noise", actor=ops)
+    executor_tick(now=clock.now)
+    other = workload_submit(spec=training("other", 8), actor=ops)
+    run_round(clock)
+    job.refresh_from_db()
+    assert job.state == WorkloadState.RUNNING and _held(job) == 8  # cordon alone evicts nothing
+    assert nodes_of(other.pk) and home not in nodes_of(other.pk)  # but places nothing new there
+
+    node.refresh_from_db()
+    node_drain(node=node, reason="fan failure", grace_seconds=60, actor=ops, now=clock.now)
+    job.refresh_from_db()
+    # The checkpoint write (120 s) does not fit in the 60 s grace: it keeps its GPUs until the deadline.
+    assert job.state == WorkloadState.PREEMPTING and _held(job) == 8
+    clock.advance(30)
+    executor_tick(now=clock.now)
+    job.refresh_from_db()
+    assert job.state == WorkloadState.PREEMPTING and _held(job) == 8
+    clock.advance(31)
+    executor_tick(now=clock.now)
+    job.refresh_from_db()
+    assert job.state == WorkloadState.REQUEUED and _held(job) == 0
+    assert job.lost_gpu_seconds == 8 * 161  # from the checkpoint at 600 s to the stop at 761 s
+    run_round(clock)
+    job.refresh_from_db()
+    assert job.state == WorkloadState.RUNNING and home not in nodes_of(job.pk)

@@ -8,7 +8,7 @@ from django.urls import reverse
 from core.actors import Actor
 from fleet.models import Node
 from scheduling.models import Preemption, Queue, QueueQuota, Workload
-from scheduling.services import workload_submit
+from scheduling.services import executor_tick, workload_submit
 
 from .conftest import api_for, make_cluster, run_round, submit, training
 
@@ -67,7 +67,14 @@ def test_an_operator_drains_a_node_from_its_page_after_confirming(research_queue
     done = ops.post("/scheduling/nodes/n1/drain/", {"reason": "fan failure", "grace_seconds": 30, "confirm": "yes"})
     assert done.status_code == 302
     assert Node.objects.get(name="n1").state == "cordoned"
-    assert Workload.objects.get(name="train").state == "requeued"
+    train = Workload.objects.get(name="train")
+    # Graceful: it keeps every GPU of its gang until it has left, then is requeued.
+    assert train.state == "preempting" and train.allocations.filter(released_at__isnull=True).count() == 32
+    assert b"train (preempting)" in ops.get(reverse("fleet:node", args=["n1"])).content
+    clock.advance(31)
+    executor_tick(now=clock.now)
+    train.refresh_from_db()
+    assert train.state == "requeued" and not train.allocations.filter(released_at__isnull=True).exists()
 
     assert _login(team_member).post("/scheduling/nodes/n2/drain/", {"reason": "x", "confirm": "yes"}).status_code == 403
 
