@@ -1,7 +1,9 @@
 """One scheduling round: order the pending workloads, then admit, preempt or explain each.
 
 Phases per workload (in round order):
-1. quota and a concrete placement on the live capacity (gang: all pod sets or nothing);
+1. quota and a concrete placement on the live capacity (gang: all pod sets or nothing); an
+   elastic gang that does not fit whole starts at the largest size from its elastic minimum
+   up, before any preemption is considered (avoidance);
 2. a job with a time limit that ends before a backfill reservation starts may use its GPUs;
 3. GPUs already being freed for it (preempting victims, carried reservations) -> wait;
 4. preemption, when allowed and nothing else places it;
