@@ -12,7 +12,7 @@ from core.roles import is_operator
 from scheduling.quota_requests.selectors import sizing_signals
 
 from . import charts, services
-from .choices import NODE_STATE_COLORS, NodeState
+from .choices import NODE_STATE_COLORS, ExecutorKind, NodeState
 from .forms import NodeReasonForm
 from .models import Node
 from .selectors import GpuStatus, NodeDetail, fleet_overview, node_detail
@@ -89,5 +89,9 @@ def node_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
     except ValidationError as exc:
         form.add_error(None, exc.messages)
         return _render_node(request, detail, {action: form}, status=400)
-    messages.success(request, f"Node {name} {done}: {form.cleaned_data['reason']}")
+    message = f"Node {name} {done}: {form.cleaned_data['reason']}"
+    if detail.node.executor == ExecutorKind.SLURM:
+        # Slurm applies it asynchronously; the Slurm panel shows whether it did or why not.
+        message += " (Slurm is applying it: see the Slurm panel)"
+    messages.success(request, message)
     return redirect("fleet:node", name=name)
