@@ -1,8 +1,9 @@
 """Kernel-log ingestion: NVRM Xid / fallen-off-the-bus / SXid lines of one node become events."""
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.core.exceptions import ValidationError
@@ -12,9 +13,10 @@ from django.utils import timezone
 from core.actors import Actor
 from core.audit import audit_record
 from fleet.models import Gpu, Node
-from health.choices import EventSource
+from health.choices import EventSource, TicketState
 from health.core import kernel_log, policy
 from health.core.pci import normalize_pci_bus_id
+from health.models import RepairTicket
 
 from .events import HEALTH_ACTOR, SignalOutcome, signals_apply
 from .liveness import node_seen
@@ -67,10 +69,20 @@ def kernel_log_signals(
     uuid_by_pci = {normalize_pci_bus_id(g.pci_bus_id): g.uuid for g in gpus if g.pci_bus_id}
     uuid_by_pci.update(learned)
     signals = []
+    repairs: int | None = None
     for event in events:
         signal = policy.signal_from_kernel_event(event, node=node.name, gpu_uuid=uuid_by_pci.get(event.pci_bus_id))
-        if signal is not None:
-            signals.append(signal)
+        if signal is None:
+            continue
+        if signal.at is None:
+            # A line without a date is keyed by its text, so a replay stays one event; but the same
+            # text after the node came back from repair is a new fault, not a replay.
+            if repairs is None:
+                repairs = RepairTicket.objects.filter(node=node, state=TicketState.RETURNED).count()
+            if repairs:
+                key = hashlib.sha256(f"{signal.dedup_key}|repairs:{repairs}".encode()).hexdigest()
+                signal = replace(signal, dedup_key=key)
+        signals.append(signal)
     return signals
 
 

@@ -143,3 +143,29 @@ def test_an_application_xid_annotates_the_workload_and_cordons_nothing(research_
     assert Node.objects.get(name="n2").state == NodeState.READY
     assert Workload.objects.get(pk=a["id"]).state == WorkloadState.RUNNING
     assert AuditEvent.objects.filter(verb="workload.health_note", target_id=str(a["id"])).exists()
+
+
+def test_an_undated_line_is_one_event_until_the_node_has_been_repaired(cluster, with_pci, clock):
+    """`dmesg -t` / `journalctl -o cat` lines carry no date: a replay is the same event, but the same
+    fault after a repair and a passed burn-in is a new one and takes the node out again."""
+    from core.actors import Actor
+    from health.services import burn_in_record, ticket_transition
+
+    ops = Actor.automation("test-operator")
+    line = "NVRM: Xid (PCI:0000:3a:00): 79, pid=0, GPU has fallen off the bus."
+    client = agent_client("n4")
+    post = {"node": "n4", "lines": [line]}
+    assert client.post("/api/v1/telemetry/kernel-log/", post, format="json").json()["events_created"] == 1
+    assert client.post("/api/v1/telemetry/kernel-log/", post, format="json").json()["duplicates"] == 1
+    ticket = RepairTicket.objects.get(node__name="n4")
+    for to in ("diagnosing", "repaired", "burn_in"):
+        ticket_transition(ticket=ticket, to_state=to, reason=to, actor=ops)
+    burn_in_record(ticket=ticket, passed=True, details="reseated, dcgmi diag -r 3 passed", actor=ops)
+    assert Node.objects.get(name="n4").state == NodeState.READY
+    clock.advance(3 * 3600)
+
+    again = client.post("/api/v1/telemetry/kernel-log/", post, format="json").json()
+    assert again["events_created"] == 1 and again["duplicates"] == 0
+    assert Node.objects.get(name="n4").state == NodeState.IN_REPAIR
+    assert RepairTicket.objects.filter(node__name="n4").count() == 2
+    assert client.post("/api/v1/telemetry/kernel-log/", post, format="json").json()["duplicates"] == 1
