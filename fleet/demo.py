@@ -66,18 +66,6 @@ QUOTAS = {
     "inference": {H100_FLAVOR: (16, 16), A100_FLAVOR: (8, 8), L40S_FLAVOR: (8, 8)},
     "evaluation": {H100_FLAVOR: (8, 8), A100_FLAVOR: (8, 8), L40S_FLAVOR: (4, 4)},
 }
-PRIORITY_CLASSES = (
-    {"name": "inference-online", "value": 1000, "preemptible": False, "may_preempt": True,
-     "description": "Production inference: runs first and may preempt others."},
-    {"name": "training-prod", "value": 500, "preemptible": False, "may_preempt": False,
-     "description": "Production training: high priority, never preempted."},
-    {"name": "research-batch", "value": 100, "preemptible": True, "may_preempt": False,
-     "description": "Research jobs: preemptible; checkpoint often."},
-    {"name": "opportunistic", "value": -10, "preemptible": True, "may_preempt": False,
-     "description": "Runs only on otherwise idle GPUs."},
-)
-GRACE_SECONDS = 60
-MIN_RUNTIME_SECONDS = 600
 
 
 def _gpu_uuid(node: str, index: int) -> str:
@@ -217,7 +205,8 @@ class _Seeder:
 
     def scheduling(self) -> dict:
         from fleet.models import GpuFlavor
-        from scheduling.models import Cohort, PriorityClass, Queue, QueueQuota, Team
+        from scheduling.models import Cohort, Queue, QueueQuota, Team
+        from scheduling.priority_classes import priority_classes_seed
 
         cohort = self.get_or_create(Cohort, name=COHORT)
         teams = {}
@@ -230,12 +219,7 @@ class _Seeder:
                 self.get_or_create(QueueQuota, queue=queue, flavor=flavor,
                                    defaults={"nominal": nominal, "borrowing_limit": borrowing})
             teams[name] = team
-        for spec in PRIORITY_CLASSES:
-            self.get_or_create(
-                PriorityClass, name=spec["name"],
-                defaults={**{k: v for k, v in spec.items() if k != "name"},
-                          "grace_seconds": GRACE_SECONDS, "min_runtime_seconds": MIN_RUNTIME_SECONDS},
-            )
+        priority_classes_seed(actor=self.actor)
         return teams
 
 
