@@ -167,6 +167,9 @@ else:
         "store_processed": False,
     }
     CELERY_RESULT_BACKEND = f"file://{VAR_DIR / 'results'}"
+    # kombu's filesystem transport and result backend need their folders before the first task.
+    for _folder in (_broker_dir / "queue", _broker_dir / "control", VAR_DIR / "results"):
+        _folder.mkdir(parents=True, exist_ok=True)
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -15,9 +15,7 @@ not submitted again, so loading twice changes nothing."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from django.conf import settings
 from django.contrib.auth.models import User
 
 from core.actors import Actor
@@ -110,23 +108,9 @@ class WorkloadsResult:
                 f"{self.pending} pending")
 
 
-def _broker_folders() -> None:
-    """Each submission asks the worker for a round through the broker; on the embedded filesystem
-    broker and file result backend that needs their folders, which `make demo` creates only later
-    (rundemo)."""
-    options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {})
-    folders = [Path(options[k]) for k in ("data_folder_in", "data_folder_out", "control_folder") if k in options]
-    backend = getattr(settings, "CELERY_RESULT_BACKEND", "")
-    if backend.startswith("file://"):
-        folders.append(Path(backend.removeprefix("file://")))
-    for folder in folders:
-        folder.mkdir(parents=True, exist_ok=True)
-
-
 def load() -> WorkloadsResult:
     """Submit the demo workloads that do not exist yet, then run one placement round."""
     result = WorkloadsResult()
-    _broker_folders()
     existing = set(Workload.objects.filter(name__in=[spec["name"] for _, spec in DEMO_WORKLOADS])
                    .values_list("name", flat=True))
     users = {u.username: u for u in User.objects.filter(username__in={user for user, _ in DEMO_WORKLOADS})}

@@ -98,17 +98,9 @@ class Command(BaseCommand):
     # --- set-up ---------------------------------------------------------------------------------
 
     def _prepare_dirs(self) -> None:
-        var = Path(settings.VAR_DIR)
-        # STATIC_ROOT too: WhiteNoise warns at start-up when it is missing (the demo serves static
-        # files through the finders, so it stays empty).
-        folders = [var, Path(settings.STATIC_ROOT)]
-        options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {})
-        folders += [Path(options[k]) for k in ("data_folder_in", "data_folder_out", "control_folder") if k in options]
-        backend = getattr(settings, "CELERY_RESULT_BACKEND", "")
-        if backend.startswith("file://"):
-            folders.append(Path(backend.removeprefix("file://")))
-        for folder in folders:
-            folder.mkdir(parents=True, exist_ok=True)
+        # The broker's folders come from settings; STATIC_ROOT is made here because WhiteNoise warns
+        # at start-up when it is missing (the demo serves static files through the finders).
+        Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)
 
     def _children(self, addr: str, concurrency: int) -> list[Child]:
         python = sys.executable
