@@ -127,18 +127,20 @@ def placements_to_json(placements: tuple[ReplicaPlacement, ...]) -> list[dict]:
 def _load_nodes(index: SnapshotIndex, held: list[tuple]) -> list[NodeView]:
     nodes: dict[int, NodeView] = {}
     totals: dict[int, tuple[int, int]] = {}
-    rows = Node.objects.filter(flavor__isnull=False).values_list(
-        "pk",
-        "name",
-        "rack__name",
-        "rack__spine__name",
-        "flavor__name",
-        "flavor__product",
-        "state",
-        "cpu_cores",
-        "memory_mib",
-        "nvlink_domain",
-        "executor",
+    rows = _raw_rows(
+        Node.objects.filter(flavor__isnull=False).values_list(
+            "pk",
+            "name",
+            "rack__name",
+            "rack__spine__name",
+            "flavor__name",
+            "flavor__product",
+            "state",
+            "cpu_cores",
+            "memory_mib",
+            "nvlink_domain",
+            "executor",
+        )
     )
     for pk, name, rack, spine, flavor, product, state, cores, mem, domain, executor in rows:
         schedulable = state == NodeState.READY
@@ -172,8 +174,18 @@ def _load_nodes(index: SnapshotIndex, held: list[tuple]) -> list[NodeView]:
         if view is not None:
             view.cpu_free_millicores -= cpu
             view.memory_free_mib -= mem
-    gpus = Gpu.objects.values_list(
-        "pk", "node_id", "index", "health", "mig_enabled", "mig_instances", "sharing_mode", "nvlink_group", "numa_node"
+    gpus = _raw_rows(
+        Gpu.objects.values_list(
+            "pk",
+            "node_id",
+            "index",
+            "health",
+            "mig_enabled",
+            "mig_instances",
+            "sharing_mode",
+            "nvlink_group",
+            "numa_node",
+        )
     )
     for pk, node_id, gindex, health, mig_on, mig_insts, sharing, group, numa in gpus:
         view = nodes.get(node_id)
@@ -187,7 +199,7 @@ def _load_nodes(index: SnapshotIndex, held: list[tuple]) -> list[NodeView]:
                 numa_node=numa,
                 healthy=health != GpuHealth.UNHEALTHY,
                 shareable=sharing in SHAREABLE,
-                mig_free=_mig_free(mig_insts, used_mig.get(pk, set())) if mig_on else {},
+                mig_free=_mig_free(_json(mig_insts), used_mig.get(pk, set())) if mig_on else {},
             )
         )
         index.gpu_ids[(view.name, gindex)] = pk

@@ -140,3 +140,29 @@ def test_reservations_are_saved_in_one_statement_and_dropped_when_no_longer_want
     assert saved[kept][0]["gpus"][1] == {"index": 1, "milli": 1000, "mig": "", "mig_profile": ""}
     assert saved[dropped] == []  # wanted no longer
     assert saved[cancelled] == [] and saved[running] == []  # not waiting / placed this round
+
+
+def test_raw_reads_decode_json_booleans_and_times_as_the_orm_would(backlog, clock):
+    from fleet.models import Gpu
+
+    run_round(clock)
+    Gpu.objects.filter(node__name="n8", index=0).update(
+        mig_enabled=True,
+        mig_instances=[{"profile": "1g.10gb", "gi_id": 2}, {"profile": "1g.10gb", "gi_id": 1}],
+    )
+    snapshot, index = snapshot_load(now=clock.now)
+    n8 = next(n for n in snapshot.nodes if n.name == "n8")
+    assert next(g for g in n8.gpus if g.index == 0).mig_free == {"1g.10gb": ["1", "2"]}
+    assert all(g.mig_free == {} for g in n8.gpus if g.index != 0)
+
+    (running,) = snapshot.running
+    workload = Workload.objects.get(pk=running.id)
+    assert (
+        running.started_at == workload.started_at.timestamp() or running.started_at == workload.admitted_at.timestamp()
+    )
+    assert running.preemptible is False and running.borrowed == {}
+    waiting = {w.id: w for w in snapshot.pending}
+    for w in Workload.objects.filter(pk__in=list(waiting)):
+        assert waiting[w.id].submitted_at == w.submitted_at.timestamp()
+        assert waiting[w.id].may_preempt is True and waiting[w.id].preemptible is False
+        assert waiting[w.id].pod_sets[0].accepted_products == ()
