@@ -163,6 +163,7 @@ def test_beat_runs_a_placement_round_every_two_seconds_by_default(settings):
 
     entry = settings.CELERY_BEAT_SCHEDULE["placement_round"]
     assert entry["task"] == "scheduling.placement_round" and entry["schedule"] == 2.0
+    app.loader.import_default_modules()  # what a starting worker does: autodiscover every app's tasks
     assert "scheduling.placement_round" in app.tasks
 
 
