@@ -289,6 +289,7 @@ def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, t
             "pending_reason",
             "pending_message",
             "queue_position",
+            "elastic_min_replicas",
         )
     )
     for (
@@ -306,6 +307,7 @@ def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, t
         reason,
         message,
         position,
+        elastic_min,
     ) in rows:
         index.pending_info[pk] = (reason, message, position)
         if pk not in pod_sets:
@@ -323,6 +325,7 @@ def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, t
                 time_limit_s=float(limit) if limit else None,
                 may_preempt=bool(may_preempt),
                 preemptible=bool(preemptible),
+                elastic_min_replicas=elastic_min,
             )
         )
         reserved = _json(reserved)
