@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from rest_framework import authentication, exceptions
 from rest_framework.permissions import BasePermission
 
@@ -48,3 +50,13 @@ class IsNodeAgent(BasePermission):
 
     def has_permission(self, request, view) -> bool:
         return isinstance(request.auth, NodeAgentToken)
+
+
+class NodeTokenScheme(OpenApiAuthenticationExtension):
+    """Documents the per-node bearer token in the OpenAPI schema."""
+
+    target_class = "health.api.authentication.NodeTokenAuthentication"
+    name = "nodeToken"
+
+    def get_security_definition(self, auto_schema):
+        return build_bearer_security_scheme_object(header_name="Authorization", token_prefix="Bearer")
