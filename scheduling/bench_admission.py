@@ -39,10 +39,9 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
-ROOT = Path(__file__).resolve().parent.parent
+from core.benchdb import django_setup, drop_database, scratch_database
+
 EPOCH = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
 SCRATCH_SUFFIX = "_admission_bench"
 
@@ -154,43 +153,6 @@ def scaled(fixture: Fixture, factor: float) -> Fixture:
 
 
 # --- database -------------------------------------------------------------------------------
-
-
-def scratch_database(url: str) -> str:
-    """Create an empty scratch database next to the one in `url`; return its URL."""
-    import psycopg
-
-    parsed = urlparse(url)
-    if parsed.scheme not in ("postgres", "postgresql"):
-        raise SystemExit("error: DATABASE_URL must be postgres://... (the benchmark runs on PostgreSQL)")
-    name = parsed.path.lstrip("/") + SCRATCH_SUFFIX
-    admin = urlunparse(parsed._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return urlunparse(parsed._replace(path="/" + name))
-
-
-def drop_database(url: str) -> None:
-    import psycopg
-
-    parsed = urlparse(url)
-    admin = urlunparse(parsed._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{parsed.path.lstrip("/")}" WITH (FORCE)')
-
-
-def django_setup(url: str) -> None:
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 FLAVOR = "bench-h100"
@@ -564,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: set DATABASE_URL=postgres://... (a scratch database is created next to it)", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    scratch = scratch_database(url)
+    scratch = scratch_database(url, suffix=SCRATCH_SUFFIX)
     try:
         django_setup(scratch)
         fixture_load(fx)

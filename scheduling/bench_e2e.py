@@ -15,49 +15,13 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlparse, urlunparse
 
 if TYPE_CHECKING:
     from scheduling.engine.types import Snapshot
 
+from core.benchdb import django_setup, drop_database, scratch_database
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _scratch_database(url: str) -> str:
-    """Create an empty scratch database next to the one in `url`; return its URL."""
-    import psycopg
-
-    parsed = urlparse(url)
-    if parsed.scheme not in ("postgres", "postgresql"):
-        raise SystemExit("error: the end-to-end benchmark needs PostgreSQL: set DATABASE_URL=postgres://...")
-    name = parsed.path.lstrip("/") + "_e2e_bench"
-    admin = urlunparse(parsed._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return urlunparse(parsed._replace(path="/" + name))
-
-
-def _drop_database(url: str) -> None:
-    import psycopg
-
-    parsed = urlparse(url)
-    admin = urlunparse(parsed._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{parsed.path.lstrip("/")}" WITH (FORCE)')
-
-
-def _django(url: str) -> None:
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def _load(snapshot: Snapshot, epoch: datetime) -> None:
@@ -171,9 +135,9 @@ def run(snapshot: Snapshot, *, keep: bool = False) -> int:
     if not url:
         print("(c) end to end: set DATABASE_URL=postgres://... (a scratch database is created next to it)")
         return 2
-    scratch = _scratch_database(url)
+    scratch = scratch_database(url, suffix="_e2e_bench")
     try:
-        _django(scratch)
+        django_setup(scratch)
         from core.actors import Actor
         from scheduling.models import Allocation
         from scheduling.services import placement_round_run
@@ -209,7 +173,7 @@ def run(snapshot: Snapshot, *, keep: bool = False) -> int:
 
         connections.close_all()
         if not keep:
-            _drop_database(scratch)
+            drop_database(scratch)
 
 
 def main(argv: list[str] | None = None) -> int:
