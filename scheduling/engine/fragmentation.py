@@ -30,6 +30,7 @@ __all__ = [
     "fragmentation_delta",
     "fragmentation_placement",
     "fragmentation_score",
+    "stranded_milli",
 ]
 
 
@@ -168,6 +169,11 @@ class TypicalMix:
         demand = sum(n * d.total_gpu_milli for d, n in self.entries) or 1
         return {m: (wanted[m] / demand) / (capacity[m] / fleet) if capacity[m] else 0.0 for m in capacity}
 
+    def cpu_per_gpu_milli(self) -> float:
+        """Milli-CPU the mix's GPU shapes ask per milli-GPU (0.0 when the mix has no GPU shapes)."""
+        gpu = sum(n * d.total_gpu_milli for d, n in self.entries if d.gpu_milli)
+        return sum(n * d.cpu_milli for d, n in self.entries if d.gpu_milli) / gpu if gpu else 0.0
+
     def _view(self, model: str) -> _ModelView:
         view = self._views.get(model)
         if view is None:
@@ -289,6 +295,21 @@ def fragmentation_score(node_free: NodeFree, request: Demand, typical_mix: Typic
     for the typical mix; `fragmentation_placement` also returns the GPU indices."""
     placed = fragmentation_placement(node_free, request, typical_mix)
     return -math.inf if placed is None else placed[0]
+
+
+def stranded_milli(gpu_free_milli: int, cpu_free: int, mem_free: int, *, cpu_per_milli: float,
+                   mem_per_milli: float = 0.0) -> float:
+    """Idle milli-GPU on a node that its free CPU or memory cannot feed at the typical ratio.
+
+    The expected fragmentation sees CPU only as "does one pod of a shape fit"; a node whose
+    CPU or memory runs out while GPUs are idle strands those GPUs for everyone but the rare
+    pods asking almost no CPU. A ratio of 0 leaves that resource out."""
+    stranded = 0.0
+    if cpu_per_milli > 0:
+        stranded = gpu_free_milli - cpu_free / cpu_per_milli
+    if mem_per_milli > 0:
+        stranded = max(stranded, gpu_free_milli - mem_free / mem_per_milli)
+    return stranded if stranded > 0 else 0.0
 
 
 def fgd_node_score(delta_milli: float) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from scheduling.engine.fragmentation import TypicalMix, fgd_node_score
+from scheduling.engine.fragmentation import TypicalMix, fgd_node_score, stranded_milli
 from scheduling.engine.types import WHOLE
 from scheduling.replay.cluster import Cluster, Node, affinity_tag
 from scheduling.replay.trace import PodSpec
@@ -246,24 +246,38 @@ class FgdPolicy(FragmentationPolicy):
 
 
 class FleetdeckPolicy(FragmentationPolicy):
-    """Ours: FGD's expected-fragmentation objective, made aware of GPU-model scarcity.
+    """Ours: FGD's expected-fragmentation objective, made aware of GPU-model scarcity and of
+    GPUs that CPU or memory leave stranded.
 
-    Four changes to FGD, each measured on the openb replay (bench/replay_openb.py):
+    Five changes to FGD, each measured on the openb replay (bench/replay_openb.py):
     - a node is judged only by the typical shapes allowed on its GPU model (FGD also counts
       shapes that can never run there, which makes rare models look cheap to fill);
     - a share shape counts as usable only what repeated copies of it can take (whole
       multiples of its size per GPU, as many as the node's CPU allows), so leftovers like
       the 60 milli after two 470s and CPU that runs out before the GPUs do are fragments;
+    - a placement pays for the idle GPU milli it strands: GPUs the node's free CPU or memory
+      can no longer feed at the typical CPU and memory per milli-GPU (capped at the node's
+      own ratio, so a node built lean on CPU is not stranded while empty). FGD only asks
+      whether one pod of each shape still fits, so CPU-hungry pods drain GPU-dense nodes
+      and leave their last GPUs idle; with this, CPU-only and CPU-heavy pods go where CPU
+      is to spare and lean pods fill the GPUs of CPU-tight nodes. One stranded milli costs
+      as much as one fragmented milli;
     - a placement pays for the pressure on its GPU model (constrained demand per GPU,
       relative to the fleet), so flexible pods leave scarce models to the pods that need them;
     - the change is ranked on a linear scale in steps of STEP milli-GPU instead of FGD's
       truncated sigmoid, which saturates on large changes; equal steps prefer nodes that
       already run pods, then the fixed node order (first fit among equals).
+
+    The CPU ratio comes from the typical mix; the mix has no memory, so the memory ratio is
+    learned from the GPU pods that arrived so far (this one included), re-estimated when
+    their count reaches a power of two and every MEMORY_REFRESH pods after that.
     """
 
     name = "fleetdeck"
     STEP = 200  # milli-GPU of expected fragmentation per score step
     PRESSURE_WEIGHT = 1.0
+    STRAND_WEIGHT = 1.0
+    MEMORY_REFRESH = 1024
 
     def __init__(self, cluster: Cluster, *, seed: int, mix: TypicalMix) -> None:
         super().__init__(cluster, seed=seed, mix=mix.without_inaccessible().packing_shares())
@@ -271,19 +285,49 @@ class FleetdeckPolicy(FragmentationPolicy):
         for node in cluster.gpu_nodes:
             capacity[node.model] = capacity.get(node.model, 0) + node.gpu_count
         self.pressure = self.mix.model_pressure(capacity)
+        self.cpu_per_milli = self.mix.cpu_per_gpu_milli()
+        self.mem_per_milli = 0.0
+        self._seen = [0, 0, 0]  # GPU pods, their memory MiB, their milli-GPU
+        self._epoch = 0  # bumps with every new memory estimate: cached scores used the old one
+
+    def _learn(self, pod: PodSpec) -> None:
+        if not pod.num_gpu:
+            return
+        seen = self._seen
+        seen[0] += 1
+        seen[1] += pod.memory_mib
+        seen[2] += pod.total_gpu_milli
+        n = seen[0]
+        if n & (n - 1) == 0 or n % self.MEMORY_REFRESH == 0:
+            self.mem_per_milli = seen[1] / seen[2]
+            self._epoch += 1
+
+    def _stranding(self, node: Node, pod: PodSpec) -> float:
+        """Stranded milli-GPU added by placing `pod` on `node` (negative: freed)."""
+        if not node.gpu_count:
+            return 0.0
+        capacity = node.gpu_count * WHOLE
+        cpu_ratio = min(self.cpu_per_milli, node.cpu_total / capacity)
+        mem_ratio = min(self.mem_per_milli, node.mem_total / capacity)
+        free = node.gpu_free_total
+        after = stranded_milli(free - pod.total_gpu_milli, node.cpu - pod.cpu_milli, node.mem - pod.memory_mib,
+                               cpu_per_milli=cpu_ratio, mem_per_milli=mem_ratio)
+        return after - stranded_milli(free, node.cpu, node.mem, cpu_per_milli=cpu_ratio, mem_per_milli=mem_ratio)
 
     def choose(self, pod: PodSpec) -> Choice | None:
+        self._learn(pod)
         weight = self.mix.weight
         cost = self.PRESSURE_WEIGHT * pod.total_gpu_milli
         best: Node | None = None
         best_key: tuple[int, bool] = (0, False)
         best_gpus: tuple[int, ...] = ()
+        key = ("fd", self._epoch, pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli)
         for node in self.feasible(pod):
-            key = ("fd", pod.cpu_milli, pod.num_gpu, pod.gpu_milli)
             hit = node.cache.get(key)
             if hit is None:
                 d_best, g_best = max(self.deltas(node, pod), key=lambda dg: dg[0])  # lowest GPU index on ties
-                value = d_best / weight - cost * self.pressure.get(node.model, 0.0)
+                value = (d_best / weight - cost * self.pressure.get(node.model, 0.0)
+                         - self.STRAND_WEIGHT * self._stranding(node, pod))
                 hit = node.cache[key] = ((round(value / self.STEP), node.pods > 0), g_best)
             k, gpus = hit  # type: ignore[misc]
             if best is None or k > best_key:

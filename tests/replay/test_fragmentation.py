@@ -12,6 +12,7 @@ from scheduling.engine.fragmentation import (
     fgd_node_score,
     fragmentation_placement,
     fragmentation_score,
+    stranded_milli,
 )
 from scheduling.engine.types import GpuView, NodeView, PodSetSpec
 
@@ -125,3 +126,20 @@ def test_packing_shares_counts_leftovers_of_repeated_copies_and_cpu_limits():
     assert fgd_view.fragmentation(cpu_short) == 0
     assert packing.fragmentation(cpu_short) == 2000 - 470
     assert packing.without_inaccessible().pack_shares and not packing.without_inaccessible().count_inaccessible
+
+
+def test_cpu_per_gpu_milli_weights_gpu_shapes_by_count_and_ignores_cpu_only_pods():
+    mix = TypicalMix([(WHOLE_GPU, 3), (HALF_GPU, 2), (Demand(32_000), 5)])
+    # (3 * 4000 + 2 * 2000) milli-CPU over (3 * 1000 + 2 * 500) milli-GPU
+    assert mix.cpu_per_gpu_milli() == pytest.approx(16_000 / 4_000)
+    assert TypicalMix([(Demand(32_000), 1)]).cpu_per_gpu_milli() == 0.0
+
+
+def test_stranded_milli_is_idle_gpu_beyond_what_free_cpu_or_memory_can_feed():
+    # 4 idle GPUs, CPU for 2.5 of them at 10 milli-CPU per milli-GPU: 1.5 GPUs stranded
+    assert stranded_milli(4000, 25_000, 10**9, cpu_per_milli=10.0) == 1500
+    assert stranded_milli(4000, 25_000, 10**9, cpu_per_milli=10.0, mem_per_milli=50.0) == 1500
+    # memory binds harder: 100,000 MiB feeds 2 GPUs at 50 MiB per milli-GPU
+    assert stranded_milli(4000, 25_000, 100_000, cpu_per_milli=10.0, mem_per_milli=50.0) == 2000
+    assert stranded_milli(4000, 80_000, 10**9, cpu_per_milli=10.0) == 0  # CPU to spare is not negative
+    assert stranded_milli(4000, 0, 0, cpu_per_milli=0.0) == 0  # no ratio, nothing judged

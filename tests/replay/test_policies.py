@@ -171,3 +171,42 @@ def test_fleetdeck_prefers_a_node_already_in_use_among_equals():
     nodes = [node(f"n{i}", 8) for i in range(6)]
     result = _place(nodes, [pod("a"), pod("b"), pod("c")], "fleetdeck")
     assert len({r["node"] for r in result.records}) == 1
+
+
+def _lean_and_hungry_mix():
+    # Typical GPU pods ask 12 cores a GPU, the fleet below has a GPU-dense node with exactly
+    # that and a CPU-rich one.
+    return [pod(f"w{i}", cpu=12_000) for i in range(8)] + [pod(f"c{i}", gpus=0, cpu=30_000) for i in range(2)]
+
+
+def test_fleetdeck_sends_cpu_only_pods_where_cpu_is_to_spare():
+    nodes = [node("dense", 8, cpu=96_000), node("rich", 2, cpu=104_000)]
+    cpu_only = [pod("c", gpus=0, cpu=30_000)]
+    # FGD sees no shape stop fitting on the dense node (one 12-core pod still fits), so the
+    # tie goes to the seeded node order; fleetdeck sees 2.5 of its GPUs left without CPU.
+    assert _place(nodes, cpu_only, "fleetdeck", mix_pods=_lean_and_hungry_mix()).records[0]["node"] == "rich"
+    seeds = {_place(nodes, cpu_only, "fgd", seed=s, mix_pods=_lean_and_hungry_mix()).records[0]["node"]
+             for s in range(8)}
+    assert seeds == {"dense", "rich"}
+
+
+def test_fleetdeck_puts_cpu_heavy_gpu_pods_on_cpu_rich_nodes_and_lean_ones_where_gpus_lack_cpu():
+    nodes = [node("dense", 8, cpu=96_000), node("rich", 2, cpu=104_000)]
+    mix = _lean_and_hungry_mix()
+    heavy = _place(nodes, [pod("h", cpu=40_000)], "fleetdeck", mix_pods=mix)
+    assert heavy.records[0]["node"] == "rich"
+    # 90 cores of CPU-only work strand less on "rich" (2 GPUs) than on "dense" (8); after it,
+    # "rich" has CPU for only 14/12 of its GPUs, and a lean pod uses the GPU the CPU could not feed.
+    result = _place(nodes, [pod("batch", gpus=0, cpu=90_000), pod("lean", cpu=1_000)], "fleetdeck", mix_pods=mix)
+    assert [r["node"] for r in result.records] == ["rich", "rich"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fleetdeck_learns_memory_per_gpu_from_arrived_pods_and_keeps_memory_for_idle_gpus(seed):
+    nodes = [node("lean", 8, cpu=200_000, mem=393_216), node("fat", 8, cpu=200_000, mem=786_432)]
+    gpu_pod = pod("g", cpu=12_000, mem=48_000)
+    mix = [gpu_pod] * 8 + [pod("c", gpus=0, cpu=10_000, mem=300_000)]
+    # The typical GPU pod needs 48 GB per GPU: 300 GB of CPU-only work would leave "lean"
+    # memory for under 2 of its 8 GPUs, and "fat" still memory for all of them.
+    result = _place(nodes, [gpu_pod, pod("c", gpus=0, cpu=10_000, mem=300_000)], "fleetdeck", seed=seed, mix_pods=mix)
+    assert result.records[1]["node"] == "fat"
