@@ -13,7 +13,7 @@ from django.utils import timezone
 from core.actors import Actor
 from core.audit import audit_record
 from fleet.agent.payloads import GpuHealth, HeartbeatPayload, RegisterPayload, XidEvent
-from fleet.backends.slurm.sync import is_placeholder_uuid
+from fleet.backends.slurm.sync import is_unidentified_uuid
 from fleet.choices import GpuHealth as GpuHealthState
 from fleet.models import Gpu, Node
 from health.choices import EventSource, Reporter, TicketState
@@ -85,13 +85,13 @@ def agent_register(*, node: Node, payload: RegisterPayload, now: datetime | None
         if foreign:
             raise ValidationError({"gpus": [f"GPU {sorted(foreign)[0]} belongs to another node"]})
         _park_renumbered(payload, current)
-        placeholders = {g.index: g for g in current.values() if is_placeholder_uuid(g.uuid)}
+        unidentified = {g.index: g for g in current.values() if is_unidentified_uuid(g.uuid)}
         for spec in payload.gpus:
             gpu = current.get(spec.uuid)
-            if gpu is None and spec.index in placeholders:
-                placeholder = placeholders.pop(spec.index)
-                del current[placeholder.uuid]
-                _placeholder_identify(node, spec, placeholder, actor, counts)
+            if gpu is None and spec.index in unidentified:
+                unidentified_gpu = unidentified.pop(spec.index)
+                del current[unidentified_gpu.uuid]
+                _unidentified_gpu_identify(node, spec, unidentified_gpu, actor, counts)
                 continue
             _gpu_upsert(node, spec, gpu, actor, counts)
         for uuid, gpu in current.items():
@@ -124,7 +124,7 @@ def _park_renumbered(payload: RegisterPayload, current: dict[str, Gpu]) -> None:
         Gpu.objects.filter(pk=gpu.pk).update(index=_PARKING_INDEX + offset)
 
 
-def _placeholder_identify(node: Node, spec: Any, gpu: Gpu, actor: Actor, counts: dict[str, int]) -> None:
+def _unidentified_gpu_identify(node: Node, spec: Any, gpu: Gpu, actor: Actor, counts: dict[str, int]) -> None:
     """A GPU a scheduler back-end created without knowing its identity (Slurm's GRES count) gets
     the agent's UUID and PCI bus id in place: allocations, readings and events keep pointing at it."""
     fields = {"uuid": spec.uuid, "index": spec.index, **_gpu_fields(spec)}

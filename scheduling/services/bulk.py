@@ -44,7 +44,7 @@ def rows_update(
         f"{connection.ops.quote_name(col.column)} = {cast}" for col, cast in zip(columns, casts, strict=True)
     )
     aliases = ", ".join(["id"] + [f"v{i}" for i in range(len(columns))])
-    placeholder = "(" + ", ".join(["%s"] * (len(columns) + 1)) + ")"
+    row_params = "(" + ", ".join(["%s"] * (len(columns) + 1)) + ")"
     items = list(rows.items())
     updated = 0
     with connection.cursor() as cursor:
@@ -56,7 +56,7 @@ def rows_update(
                 params.extend(values)
             sql = (
                 f"UPDATE {connection.ops.quote_name(table)} AS t SET {sets} "
-                f"FROM (VALUES {', '.join([placeholder] * len(part))}) AS v({aliases}) "
+                f"FROM (VALUES {', '.join([row_params] * len(part))}) AS v({aliases}) "
                 f"WHERE t.id = v.id::bigint {('AND ' + extra_where) if extra_where else ''}"
             )
             cursor.execute(sql, params + list(extra_params))

@@ -183,7 +183,7 @@ def test_a_node_of_another_executor_with_the_same_name_is_left_alone(cli):
     assert Node.objects.get(name="g1").executor == "simulated" and Node.objects.get(name="g1").rack == rack
 
 
-def test_the_agent_identifies_slurms_placeholder_gpus_in_place_and_the_sync_keeps_them(cli):
+def test_the_agent_identifies_slurms_unidentified_gpus_in_place_and_the_sync_keeps_them(cli):
     from fleet.agent.payloads import RegisterPayload
     from health.services import agent_register
 

@@ -37,17 +37,17 @@ SLURM_ACTOR = Actor(label="slurm")
 SYNC_ACTOR = Actor.automation("slurm-sync")
 # Used only when the default flavor does not exist yet.
 _DEFAULT_PRODUCT = ("NVIDIA H100 80GB HBM3", 81559)
-# Slurm knows how many GPUs a node has, not which ones: the sync creates placeholders that the
+# Slurm knows how many GPUs a node has, not which ones: the sync creates unidentified GPU rows that the
 # node's fleetdeck-agent later replaces, in place, with the real UUID and PCI bus id.
-PLACEHOLDER_UUID_PREFIX = "SLURM-"
+UNIDENTIFIED_UUID_PREFIX = "SLURM-"
 
 
-def placeholder_uuid(cluster: str, node: str, index: int) -> str:
-    return f"{PLACEHOLDER_UUID_PREFIX}{cluster}-{node}-{index}"
+def unidentified_uuid(cluster: str, node: str, index: int) -> str:
+    return f"{UNIDENTIFIED_UUID_PREFIX}{cluster}-{node}-{index}"
 
 
-def is_placeholder_uuid(uuid: str) -> bool:
-    return uuid.startswith(PLACEHOLDER_UUID_PREFIX)
+def is_unidentified_uuid(uuid: str) -> bool:
+    return uuid.startswith(UNIDENTIFIED_UUID_PREFIX)
 
 
 @dataclass
@@ -179,7 +179,7 @@ class _Reconciler:
         flavor = node.flavor
         added = [
             Gpu(
-                uuid=placeholder_uuid(self.cluster, node.name, index),
+                uuid=unidentified_uuid(self.cluster, node.name, index),
                 node=node,
                 index=index,
                 product=flavor.product if flavor else "",
