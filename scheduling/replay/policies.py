@@ -8,6 +8,7 @@ their integer truncation, because ties decide a lot of placements.
 from __future__ import annotations
 
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from scheduling.engine.fragmentation import TypicalMix, fgd_node_score, stranded_milli
@@ -21,7 +22,7 @@ MAX_SPEC_GPU = 8_000
 Choice = tuple[Node, tuple[int, ...]]
 
 
-class Policy:
+class Policy(ABC):
     """Base: `choose(pod)` returns (node, GPU indices) or None. Subclasses set `name`."""
 
     name = ""
@@ -31,8 +32,8 @@ class Policy:
         self.rng = random.Random(seed)
         self.mix = mix
 
-    def choose(self, pod: PodSpec) -> Choice | None:
-        raise NotImplementedError
+    @abstractmethod
+    def choose(self, pod: PodSpec) -> Choice | None: ...
 
     def feasible(self, pod: PodSpec) -> list[Node]:
         c, mem, n, m = pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli
@@ -55,8 +56,8 @@ class Policy:
 class ScoredPolicy(Policy):
     """Highest integer score wins; ties go to the lowest rank. GPUs chosen best-fit."""
 
-    def score(self, node: Node, pod: PodSpec) -> float:
-        raise NotImplementedError
+    @abstractmethod
+    def score(self, node: Node, pod: PodSpec) -> float: ...
 
     def choose(self, pod: PodSpec) -> Choice | None:
         best: Node | None = None
