@@ -223,48 +223,16 @@ class BulkSubmitter:
     def __call__(self, specs: list[dict], actor, now: datetime) -> None:
         from django.db import transaction
 
-        from core.models import AuditEvent
+        from core.audit import audit_record_many
         from scheduling.choices import WorkloadState
         from scheduling.models import PodSet, Workload, WorkloadTransition
 
         drafts = [self._draft(spec) for spec in specs]
         with transaction.atomic():
-            workloads = Workload.objects.bulk_create(
-                Workload(
-                    name=d.name,
-                    team=d.team,
-                    queue=d.queue,
-                    priority_class=d.priority_class,
-                    state=WorkloadState.PENDING,
-                    topology_level=d.topology_level,
-                    topology_mode=d.topology_mode,
-                    time_limit_seconds=d.time_limit_seconds,
-                    checkpoint_enabled=d.checkpoint_enabled,
-                    checkpoint_write_seconds=d.checkpoint_write_seconds,
-                    run_seconds=d.run_seconds,
-                    checkpoint_interval_seconds=d.checkpoint_interval_seconds,
-                    elastic_min_replicas=d.elastic_min_replicas,
-                    submitted_by=actor.user if actor.user is not None and actor.user.pk else None,
-                    queued_at=now,
-                )
-                for d in drafts
-            )
+            user = actor.user if actor.user is not None and actor.user.pk else None
+            workloads = Workload.objects.bulk_create(d.workload_row(submitted_by=user, now=now) for d in drafts)
             PodSet.objects.bulk_create(
-                PodSet(
-                    workload=w,
-                    name=ps.name,
-                    replicas=ps.replicas,
-                    gpus_per_replica=ps.gpus_per_replica,
-                    flavor=ps.flavor,
-                    accepted_products=ps.accepted_products,
-                    sharing=ps.sharing,
-                    milli_gpu=ps.milli_gpu,
-                    mig_profile=ps.mig_profile,
-                    cpu_millicores=ps.cpu_millicores,
-                    memory_mib=ps.memory_mib,
-                )
-                for w, d in zip(workloads, drafts, strict=True)
-                for ps in d.pod_sets
+                row for w, d in zip(workloads, drafts, strict=True) for row in d.pod_set_rows(w)
             )
             WorkloadTransition.objects.bulk_create(
                 WorkloadTransition(
@@ -272,17 +240,10 @@ class BulkSubmitter:
                 )
                 for w in workloads
             )
-            AuditEvent.objects.bulk_create(
-                AuditEvent(
-                    user=actor.user if actor.user is not None and actor.user.pk else None,
-                    actor=actor.label,
-                    verb="workload.submit",
-                    target_type=Workload._meta.label_lower,
-                    target_id=str(w.pk),
-                    target_repr=str(w)[:200],
-                    after={"spec": spec},
-                )
-                for w, spec in zip(workloads, specs, strict=True)
+            audit_record_many(
+                actor=actor,
+                verb="workload.submit",
+                entries=[(w, None, {"spec": spec}) for w, spec in zip(workloads, specs, strict=True)],
             )
 
 

@@ -9,8 +9,8 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count
 
 from fleet.models import GpuFlavor, Node
-from scheduling.choices import SharingRequest, TopologyLevel, TopologyMode
-from scheduling.models import PriorityClass, Queue, Team
+from scheduling.choices import SharingRequest, TopologyLevel, TopologyMode, WorkloadState
+from scheduling.models import PodSet, PriorityClass, Queue, Team, Workload
 
 TOP_LEVEL_KEYS = {
     "name",
@@ -67,6 +67,45 @@ class WorkloadDraft:
     run_seconds: int | None = None
     checkpoint_interval_seconds: int | None = None
     elastic_min_replicas: int | None = None
+
+    def workload_row(self, *, submitted_by, now) -> Workload:
+        """The unsaved Workload this draft queues (pending since `now`)."""
+        return Workload(
+            name=self.name,
+            team=self.team,
+            queue=self.queue,
+            priority_class=self.priority_class,
+            state=WorkloadState.PENDING,
+            topology_level=self.topology_level,
+            topology_mode=self.topology_mode,
+            time_limit_seconds=self.time_limit_seconds,
+            checkpoint_enabled=self.checkpoint_enabled,
+            checkpoint_write_seconds=self.checkpoint_write_seconds,
+            run_seconds=self.run_seconds,
+            checkpoint_interval_seconds=self.checkpoint_interval_seconds,
+            elastic_min_replicas=self.elastic_min_replicas,
+            submitted_by=submitted_by,
+            queued_at=now,
+        )
+
+    def pod_set_rows(self, workload: Workload) -> list[PodSet]:
+        """The unsaved PodSets of this draft, for an already saved `workload`."""
+        return [
+            PodSet(
+                workload=workload,
+                name=ps.name,
+                replicas=ps.replicas,
+                gpus_per_replica=ps.gpus_per_replica,
+                flavor=ps.flavor,
+                accepted_products=ps.accepted_products,
+                sharing=ps.sharing,
+                milli_gpu=ps.milli_gpu,
+                mig_profile=ps.mig_profile,
+                cpu_millicores=ps.cpu_millicores,
+                memory_mib=ps.memory_mib,
+            )
+            for ps in self.pod_sets
+        ]
 
 
 def _fail(field_name: str, reason: str) -> ValidationError:

@@ -42,6 +42,10 @@ def round_trigger_on_commit() -> None:
     transaction.on_commit(trigger)
 
 
+def _user_of(actor: Actor):
+    return actor.user if actor.user is not None and actor.user.pk else None
+
+
 def _require_team_access(actor: Actor, team_id: int, what: str) -> None:
     if actor.user is not None and not may_act_for_team(actor.user, team_id):
         raise PermissionDenied(f"You may only {what} workloads of your own team.")
@@ -54,39 +58,9 @@ def workload_submit(*, spec: dict, actor: Actor, now: datetime | None = None) ->
     _require_team_access(actor, draft.team.pk, "submit")
     now = now or timezone.now()
     with transaction.atomic():
-        workload = Workload.objects.create(
-            name=draft.name,
-            team=draft.team,
-            queue=draft.queue,
-            priority_class=draft.priority_class,
-            state=WorkloadState.PENDING,
-            topology_level=draft.topology_level,
-            topology_mode=draft.topology_mode,
-            time_limit_seconds=draft.time_limit_seconds,
-            checkpoint_enabled=draft.checkpoint_enabled,
-            checkpoint_write_seconds=draft.checkpoint_write_seconds,
-            run_seconds=draft.run_seconds,
-            checkpoint_interval_seconds=draft.checkpoint_interval_seconds,
-            elastic_min_replicas=draft.elastic_min_replicas,
-            submitted_by=actor.user if actor.user is not None and actor.user.pk else None,
-            queued_at=now,
-        )
-        PodSet.objects.bulk_create(
-            PodSet(
-                workload=workload,
-                name=ps.name,
-                replicas=ps.replicas,
-                gpus_per_replica=ps.gpus_per_replica,
-                flavor=ps.flavor,
-                accepted_products=ps.accepted_products,
-                sharing=ps.sharing,
-                milli_gpu=ps.milli_gpu,
-                mig_profile=ps.mig_profile,
-                cpu_millicores=ps.cpu_millicores,
-                memory_mib=ps.memory_mib,
-            )
-            for ps in draft.pod_sets
-        )
+        workload = draft.workload_row(submitted_by=_user_of(actor), now=now)
+        workload.save()
+        PodSet.objects.bulk_create(draft.pod_set_rows(workload))
         from scheduling.models import WorkloadTransition
 
         WorkloadTransition.objects.create(
