@@ -243,6 +243,11 @@ def parse_exposition(text: str | bytes, *, all_metrics: bool = True) -> list[Gpu
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     keep = None if all_metrics else FIELD_METRICS
+    if keep is not None:
+        try:
+            return _parse_lean(text)
+        except (_Fallback, ValueError, IndexError, KeyError, TypeError):
+            pass  # the general fast path below decides (and falls back in turn)
     try:
         return _parse_fast(text, keep)
     except (_Fallback, ValueError, IndexError, KeyError, TypeError):
@@ -252,8 +257,11 @@ def parse_exposition(text: str | bytes, *, all_metrics: bool = True) -> list[Gpu
 
 
 def clear_caches() -> None:
-    """Forget the parsed label blocks (the bench times a first scrape with this)."""
+    """Forget the parsed label blocks and value texts (the bench times a first scrape with this)."""
     _parse_block.cache_clear()
+    _HEADS.clear()
+    _VALUES.young.clear()
+    _VALUES.old.clear()
 
 
 def parse_exposition_reference(text: str | bytes, *, all_metrics: bool = True) -> list[GpuReading]:
@@ -315,6 +323,10 @@ _ALIAS = "v"
 _UNSEEN = object()
 
 
+# A label block's labels, GPU key, workload and identity fields (what _parse_block caches).
+_Parsed = tuple[dict[str, str], tuple[str, str, str] | None, tuple, dict[str, Any]]
+
+
 class _Fallback(Exception):
     """The fast path cannot prove it would read this text exactly like the reference path."""
 
@@ -324,14 +336,14 @@ class _Block:
 
     __slots__ = ("labels", "key", "workload", "identity", "builder", "confirmed")
 
-    def __init__(self, parsed: tuple[dict[str, str], tuple[str, str, str] | None, tuple, dict[str, Any]]) -> None:
+    def __init__(self, parsed: _Parsed) -> None:
         self.labels, self.key, self.workload, self.identity = parsed
         self.builder: _Builder | None = None
         self.confirmed = False  # a line with a value that cannot be blank has been queued
 
 
 @functools.lru_cache(maxsize=16384)
-def _parse_block(block: str) -> tuple[dict[str, str], tuple[str, str, str] | None, tuple, dict[str, Any]] | None:
+def _parse_block(block: str) -> _Parsed | None:
     """Labels, GPU key, workload and identity fields of a label block; None where cutting the block out of a line
     might change the parse. Cached: a worker sees the same blocks every scrape (about 1.5 KB each;
     the labels dict is shared, and nothing here or in _Builder mutates it)."""
@@ -451,4 +463,169 @@ def _parse_fast(text: str, keep: frozenset[str] | None) -> list[GpuReading]:
                 builder.put(metric, value)
             else:
                 builder.values[metric] = value
+    return [builder.build() for builder in builders.values()]
+
+
+# --- the lean path (store mode) ---------------------------------------------------------------------
+#
+# The store mode reads about 90 of an 8-GPU payload's 430 lines. _parse_fast still copies every line
+# it reads into a text for prometheus_client; here a line of another family whose block is already
+# confirmed costs one partition, one rfind and two dict look-ups, and values are memoised: each
+# distinct value text (what follows the label block: "42", " 0.000000", " 345.123000 1700000000000")
+# is parsed once by prometheus_client, as "v{} <text>" in an untyped family (the line with its block
+# emptied: its value depends on nothing else), all of a payload's new texts in one call. Exporters
+# repeat most value texts (temperatures, utilisation, zero counters, memory of a running job); power
+# and profiling ratios are mostly new each scrape.
+#
+# It reads exactly the lines _parse_fast gives prometheus_client in store mode, in the same order, with
+# the same blank-sentinel rule; a line _parse_fast would give as written (no legacy name before the
+# "{", a block that cannot be cut out, a "{" after the block, an ambiguous "<kept>_total") sends the
+# whole text to _parse_fast.
+
+_VALUES_PER_GENERATION = 1 << 15
+_HEAD_OTHER, _HEAD_COMMENT, _HEAD_ODD = "", "#", "!"  # kept families map to their own name
+
+
+class _ValueMemo:
+    """Value text -> the value prometheus_client reads from it, in two generations: a text in use
+    since the young generation began stays; one unused for two generations (2 x 32,768 texts) is
+    forgotten. Bounded like an LRU, with dict-speed hits."""
+
+    __slots__ = ("young", "old")
+
+    def __init__(self) -> None:
+        self.young: dict[str, float] = {}
+        self.old: dict[str, float] = {}
+
+    def values(self, texts: list[str]) -> list[float]:
+        found: list[Any] = list(map(self.young.get, texts))
+        if None not in found:
+            return found
+        young, old = self.young, self.old
+        missing: dict[str, list[int]] = {}
+        for i, value in enumerate(found):
+            if value is None:
+                text = texts[i]
+                value = old.get(text)
+                if value is None:
+                    missing.setdefault(text, []).append(i)
+                else:
+                    young[text] = found[i] = value
+        if missing:
+            for text, value in zip(missing, _parse_values(list(missing)), strict=True):
+                young[text] = value
+                for i in missing[text]:
+                    found[i] = value
+        if len(young) > _VALUES_PER_GENERATION:
+            self.old, self.young = young, {}
+        return found
+
+
+def _parse_values(texts: list[str]) -> list[float]:
+    """prometheus_client's values of "v{} <text>" lines (the sample with its label block emptied, which
+    the parser reads past at once), all in one call; ValueError as it raises it."""
+    lines = "".join(f"{_ALIAS}{{}} {text}\n" for text in texts)
+    samples = [sample for family in _prom_parser.text_string_to_metric_families(f"# TYPE {_ALIAS} untyped\n{lines}")
+               for sample in family.samples]
+    if len(samples) != len(texts) or any(sample.name != _ALIAS for sample in samples):
+        raise _Fallback("value texts did not read as one sample each")
+    return [sample.value for sample in samples]
+
+
+_VALUES = _ValueMemo()
+_HEADS: dict[str, str] = {}  # what precedes a line's first "{" -> how the lean path reads the line
+
+
+def _head_kind(head: str) -> str:
+    name = head.lstrip()  # the parser strips each line: leading whitespace is not part of the name
+    if name.startswith("#"):
+        return _HEAD_COMMENT
+    if not _LEGACY_NAME.fullmatch(name) or name in _AMBIGUOUS_TOTALS:
+        return _HEAD_ODD
+    return next((kept for kept in FIELD_METRICS if kept == name), _HEAD_OTHER)
+
+
+class _LeanBlock(_Block):
+    """A block of one lean parse, which also remembers its text and the block that followed it:
+    an exporter prints the GPUs in the same order in every family, so after the first family the next
+    line's block is nearly always known and is checked in place, without slicing or hashing it."""
+
+    __slots__ = ("text", "next")
+
+    def __init__(self, text: str, parsed: _Parsed) -> None:
+        super().__init__(parsed)
+        self.text = text
+        self.next: _LeanBlock = _NO_BLOCK
+
+
+_NO_BLOCK = _LeanBlock.__new__(_LeanBlock)
+_NO_BLOCK.text = "\n"  # in no line
+
+
+def _parse_lean(text: str) -> list[GpuReading]:
+    heads = _HEADS
+    if len(heads) > 4096:  # heads are a few metric names; this only bounds what odd input can add
+        heads.clear()
+    blocks: dict[str, _LeanBlock] = {}
+    queued: list[tuple[_Block, str | None]] = []  # (block, kept metric or None) per value read
+    rests: list[str] = []
+    head_brace, kind, start = "\n", _HEAD_OTHER, 0  # the last sample line's "<head>{", how to read it
+    block = _LeanBlock("\n", ({}, None, (), {}))  # the first line's predecessor (links are per parse)
+    predicted = _NO_BLOCK
+    for line in text.split("\n"):  # the parser splits on "\n" only
+        if not line.startswith(head_brace):  # a line of another family (or no sample line)
+            head, brace, _tail = line.partition("{")
+            if not brace:
+                continue  # a comment, a blank line or a sample without labels: never a GPU's
+            kind = heads.get(head)
+            if kind is None:
+                kind = heads[head] = _head_kind(head)
+            if kind == _HEAD_COMMENT:
+                continue
+            if kind == _HEAD_ODD:
+                raise _Fallback(head)
+            head_brace = head + "{"
+            start = len(head_brace)
+        end = line.rfind("}")  # the block runs to the last "}", as _parse_fast cuts it
+        if end - start == len(predicted.text) and line.startswith(predicted.text, start):
+            block.next = block = predicted
+        else:
+            if end < start:
+                raise _Fallback(line)
+            block_text = line[start:end]
+            found = blocks.get(block_text)
+            if found is None:
+                parsed = _parse_block(block_text)
+                if parsed is None:
+                    raise _Fallback(block_text)
+                found = blocks[block_text] = _LeanBlock(block_text, parsed)
+            block.next = block = found
+        predicted = block.next
+        if block.key is None or (not kind and block.confirmed):
+            continue
+        rest = line[end + 1:]
+        if "{" in rest:
+            raise _Fallback(rest)
+        if not block.confirmed and _SURELY_NOT_BLANK.match(rest):
+            block.confirmed = True
+        queued.append((block, kind or None))
+        rests.append(rest)
+
+    builders: dict[tuple[str, str, str], _Builder] = {}
+    for (block, metric), value in zip(queued, _VALUES.values(rests), strict=True):
+        if value >= _INT64_BLANK or value in _SENTINELS or value != value:  # is_blank, inlined
+            continue
+        builder = block.builder
+        if builder is None:
+            builder = builders.get(block.key)  # type: ignore[arg-type]  (key checked above)
+            if builder is None:
+                builder = builders[block.key] = _Builder(labels=block.labels, identity=block.identity)  # type: ignore[index]
+            builder.see(block.labels, block.workload)
+            block.builder = builder
+        if metric is None:
+            continue
+        if metric in _HOW:
+            builder.put(metric, value)
+        else:
+            builder.values[metric] = value
     return [builder.build() for builder in builders.values()]

@@ -229,3 +229,128 @@ def test_store_mode_does_not_read_lines_of_unused_families_once_their_gpu_is_kno
     with pytest.raises(ValueError, match="line 1"):
         parse_exposition('DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-1"} x\nDCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1"} 4\n',
                          all_metrics=False)
+
+
+# --- the lean path (store mode) and its value memo ---------------------------------------------------
+
+
+@pytest.fixture
+def lean_only(monkeypatch):
+    """Fails the test if store mode leaves the lean path for the general fast path."""
+    general = dcgm._parse_fast
+
+    def refuse(text, keep):
+        if keep is not None:
+            raise AssertionError("store mode left the lean path")
+        return general(text, keep)
+
+    monkeypatch.setattr(dcgm, "_parse_fast", refuse)
+
+
+def test_captured_dumps_take_the_lean_path(dcgm_dir, lean_only):
+    for path in sorted(dcgm_dir.glob("*.prom")):
+        text = path.read_text()
+        dcgm.clear_caches()
+        expected = parse_exposition_reference(text, all_metrics=False)
+        assert parse_exposition(text, all_metrics=False) == expected, path.name
+        assert parse_exposition(text, all_metrics=False) == expected, path.name  # values memoised
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_generated_payloads_leave_the_lean_path_only_for_blocks_it_cannot_cut(seed, monkeypatch):
+    text = payload(seed)
+    dcgm.clear_caches()
+    left = []
+    general = dcgm._parse_fast
+    monkeypatch.setattr(dcgm, "_parse_fast", lambda text, keep: left.append(keep) or general(text, keep))
+    assert parse_exposition(text, all_metrics=False) == parse_exposition_reference(text, all_metrics=False)
+    # Escapes and a "}" inside a label value are the general path's (it gives such lines as written).
+    samples = [line for line in text.split("\n") if not line.lstrip().startswith("#")]
+    assert bool(left) == any("\\" in line or "} inside" in line for line in samples)
+
+
+LEAN_CASES = {
+    "GPUs in another order in each family": (
+        'DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-1"} 1\nDCGM_FI_DEV_SM_CLOCK{gpu="1",UUID="GPU-2"} 1\n'
+        'DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-2"} 41\nDCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1"} 40\n'
+        'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-1"} 100.5\nDCGM_FI_DEV_POWER_USAGE{gpu="1",UUID="GPU-2"} 200.5\n'),
+    "a GPU missing from one family and a block only some rows carry": (
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1"} 40\nDCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-2"} 41\n'
+        'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-2"} 7\n'
+        'DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-1",pod="p",namespace="n"} 10\n'
+        'DCGM_FI_DEV_FB_USED{gpu="1",UUID="GPU-2"} 5\n'
+        'DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-1"} 1\nDCGM_FI_DEV_FB_FREE{gpu="1",UUID="GPU-2"} 2\n'),
+    "a block that is a longer block's prefix": (
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1"} 40\nDCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1",pod="a"} 41\n'
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1"} 3\nDCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",pod="a"} 4\n'),
+    "the same family twice with a comment between": (
+        "# HELP DCGM_FI_DEV_GPU_TEMP t {with braces}\n"
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1"} 40\n# a comment\nDCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1"} 45\n'
+        '  DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-2"} 9 1700000000000\n'),
+    "blocks without a GPU among GPUs": (
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1"} 40\nDCGM_FI_DEV_GPU_TEMP{job="x"} 3\n'
+        'DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-2"} 41\nDCGM_FI_DEV_SM_CLOCK{job="x"} 2\n'),
+    "sentinels, NaN, infinities, exponents and timestamps as kept values": "".join(
+        f'DCGM_FI_DEV_{name}{{gpu="{i}",UUID="GPU-{i}"}} {value}\n'
+        for i, value in enumerate(["9223372036854775794", "NaN", "+Inf", "-Inf", "1e3", "0.000000", "40 1700000000000",
+                                   "2147483632", "1.40737488355331e+14", "-0", "\t12\t1700000000000"])
+        for name in ("GPU_TEMP", "POWER_USAGE")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEAN_CASES))
+def test_lean_cases_read_the_same(name, lean_only):
+    dcgm.clear_caches()
+    expected = parse_exposition_reference(LEAN_CASES[name], all_metrics=False)
+    assert parse_exposition(LEAN_CASES[name], all_metrics=False) == expected
+    assert parse_exposition(LEAN_CASES[name], all_metrics=False) == expected  # from the value memo
+
+
+VALUE_TEXTS = [" 40", " 0", " 0.000000", " 345.123000", " 9223372036854775794", " 2147483632", " NaN", " +Inf",
+               " -Inf", " 1e3", " 40 1700000000000", "\t12\t1700000000000", "40", " -0", "  7  "]
+
+
+def parser_value(text: str):
+    (family,) = prometheus_client.parser.text_string_to_metric_families(f"DCGM_FI_DEV_GPU_TEMP{{gpu=\"0\"}}{text}\n")
+    return family.samples[0].value
+
+
+def same_value(a, b) -> bool:
+    return type(a) is type(b) and (a == b or (a != a and b != b))
+
+
+def test_the_value_memo_gives_what_prometheus_client_reads_and_parses_each_text_once(monkeypatch):
+    dcgm.clear_caches()
+    texts = VALUE_TEXTS + VALUE_TEXTS[:3]  # repeats in one call are parsed once
+    first = dcgm._VALUES.values(list(texts))
+    assert all(same_value(got, parser_value(text)) for got, text in zip(first, texts, strict=True))
+    assert isinstance(first[0], int) and isinstance(first[2], float)  # as the parser returns them
+    monkeypatch.setattr(dcgm, "_parse_values", lambda texts: pytest.fail(f"parsed again: {texts}"))
+    again = dcgm._VALUES.values(list(texts))
+    assert all(same_value(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_the_value_memo_is_bounded_and_keeps_texts_in_use(monkeypatch):
+    dcgm.clear_caches()
+    monkeypatch.setattr(dcgm, "_VALUES_PER_GENERATION", 4)
+    memo = dcgm._VALUES
+    memo.values([" 1", " 2", " 3", " 4", " 5"])  # a full young generation becomes the old one
+    assert memo.young == {} and len(memo.old) == 5
+    memo.values([" 1", " 6"])  # " 1" is taken back from the old generation, " 6" parsed
+    assert set(memo.young) == {" 1", " 6"}
+    memo.values([" 7", " 8", " 9"])  # the young generation fills again: " 2" ... " 5" are forgotten
+    assert set(memo.old) == {" 1", " 6", " 7", " 8", " 9"} and memo.young == {}
+
+
+@pytest.mark.parametrize("value", ["hot", "1 2 3 x", "", "1_000", "0x10"])
+def test_a_kept_value_the_parser_refuses_is_refused_with_the_reference_message_and_not_memoised(value):
+    dcgm.clear_caches()
+    text = f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",UUID="GPU-1"}} 40\nDCGM_FI_DEV_POWER_USAGE{{gpu="0",UUID="GPU-1"}} {value}\n'
+    with pytest.raises(ValueError) as reference:
+        parse_exposition_reference(text, all_metrics=False)
+    with pytest.raises(ValueError) as lean:
+        parse_exposition(text, all_metrics=False)
+    assert str(lean.value) == str(reference.value) and "line 2" in str(lean.value)
+    assert f" {value}" not in dcgm._VALUES.young
+    (gpu,) = parse_exposition(text.replace(f" {value}\n", " 300.5\n"), all_metrics=False)
+    assert (gpu.temperature_c, gpu.power_w) == (40.0, 300.5)
