@@ -166,7 +166,6 @@ class Workload(models.Model):
     # When the current wait began (submission or the last requeue): time-to-bind counts from here.
     queued_at = models.DateTimeField(null=True, blank=True)
     time_to_bind = models.DurationField(null=True, blank=True, help_text="Wait of the last admission")
-    queue_position = models.PositiveIntegerField(null=True, blank=True, help_text="Position in the last round")
     # Step of the last checkpoint, and the step the current run resumed from (a requeue resumes
     # from the checkpoint, so the work after it is lost).
     checkpoint_step = models.BigIntegerField(default=0)

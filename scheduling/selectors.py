@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Sum
+from django.db.models import F, Sum, Window
+from django.db.models.functions import RowNumber
 from django.db.models.signals import post_delete, post_save
 
 from fleet.choices import GpuHealth, NodeState, SharingMode
@@ -47,9 +49,32 @@ class SnapshotIndex:
     gpu_ids: dict[tuple[str, int], int] = field(default_factory=dict)
     pod_sets: dict[int, dict[str, tuple[int, str]]] = field(default_factory=dict)  # wid -> name -> (id, sharing)
     node_executor: dict[str, str] = field(default_factory=dict)
-    # What each waiting workload's reason, message and position were when loaded, so the
-    # follow-up writes only the ones the round changed without reading them again.
-    pending_info: dict[int, tuple[str, str, int | None]] = field(default_factory=dict)
+    # What each waiting workload's reason and message were when loaded, so the follow-up
+    # writes only the ones the round changed without reading them again.
+    pending_info: dict[int, tuple[str, str]] = field(default_factory=dict)  # reason, message
+
+
+def queue_positions(workloads: Iterable[Workload]) -> dict[int, int]:
+    """Each waiting workload's place in its queue (1 = considered first), by workload id.
+
+    The order is the one a round walks a queue in (engine.ordering.queue_order_key: priority,
+    then submission time, then id) over every waiting workload of the queue, whoever may see
+    them; computed on read, so it is current between rounds and never rewritten per round."""
+    waiting = {w.pk: w.queue_id for w in workloads if w.state in WAITING_STATES}
+    if not waiting:
+        return {}
+    ranked = (
+        Workload.objects.filter(state__in=WAITING_STATES, queue_id__in=set(waiting.values()))
+        .annotate(
+            position=Window(
+                RowNumber(),
+                partition_by=[F("queue_id")],
+                order_by=[F("priority_class__value").desc(), F("submitted_at").asc(), F("pk").asc()],
+            )
+        )
+        .values_list("pk", "position")
+    )
+    return {pk: position for pk, position in ranked if pk in waiting}
 
 
 def _raw_rows(queryset) -> list[tuple]:
@@ -288,7 +313,6 @@ def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, t
             "reserved_placements",
             "pending_reason",
             "pending_message",
-            "queue_position",
             "elastic_min_replicas",
         )
     )
@@ -306,10 +330,9 @@ def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, t
         reserved,
         reason,
         message,
-        position,
         elastic_min,
     ) in rows:
-        index.pending_info[pk] = (reason, message, position)
+        index.pending_info[pk] = (reason, message)
         if pk not in pod_sets:
             continue
         specs.append(

@@ -19,7 +19,7 @@ from fleet.models import Gpu, Node
 from .choices import WAITING_STATES, WORKLOAD_STATE_COLORS, WorkloadState
 from .forms import NodeDrainForm, WorkloadCancelForm
 from .models import Allocation, PlacementRound, PodSet, Preemption, Workload
-from .selectors import checkpoint_advice, queue_usage, workload_placements
+from .selectors import checkpoint_advice, queue_positions, queue_usage, workload_placements
 from .services import node_drain, workload_cancel, workloads_on_node
 
 
@@ -31,14 +31,12 @@ def _workloads():
 
 def queues(request):
     usage = queue_usage()
-    waiting = list(
-        _workloads()
-        .visible_to(request.user)
-        .filter(state__in=WAITING_STATES)
-        .order_by("queue__name", "queue_position", "submitted_at")
-    )
-    by_queue: dict[str, list[Workload]] = defaultdict(list)
+    waiting = list(_workloads().visible_to(request.user).filter(state__in=WAITING_STATES))
+    positions = queue_positions(waiting)
     for w in waiting:
+        w.position = positions.get(w.pk)
+    by_queue: dict[str, list[Workload]] = defaultdict(list)
+    for w in sorted(waiting, key=lambda w: (w.queue.name, w.position or 0)):
         by_queue[w.queue.name].append(w)
     return render(
         request,
@@ -105,6 +103,7 @@ def workload_detail(request, pk: int):
         "scheduling/workload_detail.html",
         {
             "w": workload,
+            "position": queue_positions([workload]).get(workload.pk),
             "placements": placements,
             "placement_map": _placement_map(workload, placements),
             "advice": advice,

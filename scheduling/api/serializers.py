@@ -39,7 +39,7 @@ class WorkloadListSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="team.name")
     queue = serializers.CharField(source="queue.name")
     priority_class = serializers.CharField(source="priority_class.name")
-    position = serializers.IntegerField(source="queue_position", allow_null=True)
+    position = serializers.SerializerMethodField()
     time_to_bind_seconds = serializers.SerializerMethodField()
     lost_gpu_hours = serializers.SerializerMethodField()
     pod_sets = PodSetSerializer(many=True)
@@ -69,6 +69,10 @@ class WorkloadListSerializer(serializers.ModelSerializer):
             "executor_job_id",
             "pod_sets",
         ]
+
+    def get_position(self, obj: Workload) -> int | None:
+        """Place in its queue while waiting (the view puts selectors.queue_positions in the context)."""
+        return self.context.get("positions", {}).get(obj.pk)
 
     def get_time_to_bind_seconds(self, obj: Workload) -> float | None:
         return None if obj.time_to_bind is None else round(obj.time_to_bind.total_seconds(), 3)

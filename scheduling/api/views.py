@@ -20,7 +20,7 @@ from core.roles import may_act_for_team
 from fleet.models import Node
 from scheduling.choices import WorkloadState
 from scheduling.models import PodSet, Workload
-from scheduling.selectors import queue_usage
+from scheduling.selectors import queue_positions, queue_usage
 from scheduling.services import node_drain, workload_cancel, workload_heartbeat, workload_submit
 
 from .serializers import (
@@ -70,11 +70,22 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def get_serializer_class(self):
         return WorkloadDetailSerializer if self.action == "retrieve" else WorkloadListSerializer
 
+    def get_serializer(self, *args, **kwargs):
+        # Queue positions are computed on read, in one query for the workloads being rendered.
+        if args and isinstance(args[0], (Workload, list)):
+            rendered = args[0] if isinstance(args[0], list) else [args[0]]
+            kwargs["context"] = {**self.get_serializer_context(), "positions": queue_positions(rendered)}
+        return super().get_serializer(*args, **kwargs)
+
+    def _render(self, serializer_class, workload: Workload) -> dict:
+        context = {**self.get_serializer_context(), "positions": queue_positions([workload])}
+        return serializer_class(workload, context=context).data
+
     @extend_schema(request=OpenApiTypes.OBJECT, responses={201: WorkloadDetailSerializer})
     def create(self, request, *args, **kwargs):
         workload = call_service(workload_submit, spec=request.data, actor=Actor.from_request(request))
         workload = self.get_queryset().prefetch_related("transitions").get(pk=workload.pk)
-        return Response(WorkloadDetailSerializer(workload).data, status=status.HTTP_201_CREATED)
+        return Response(self._render(WorkloadDetailSerializer, workload), status=status.HTTP_201_CREATED)
 
     @extend_schema(request=CancelSerializer, responses={200: WorkloadDetailSerializer})
     @action(detail=True, methods=["post"])
@@ -85,7 +96,7 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         call_service(
             workload_cancel, workload=workload, actor=Actor.from_request(request), reason=body.validated_data["reason"]
         )
-        return Response(WorkloadDetailSerializer(self.get_queryset().get(pk=workload.pk)).data)
+        return Response(self._render(WorkloadDetailSerializer, self.get_queryset().get(pk=workload.pk)))
 
     @extend_schema(request=HeartbeatSerializer, responses={200: WorkloadListSerializer})
     @action(detail=True, methods=["post"])
@@ -103,7 +114,7 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             checkpoint_at=body.validated_data.get("checkpoint_at"),
             actor=Actor.from_request(request),
         )
-        return Response(WorkloadListSerializer(self.get_queryset().get(pk=workload.pk)).data)
+        return Response(self._render(WorkloadListSerializer, self.get_queryset().get(pk=workload.pk)))
 
 
 class QueueListView(APIView):

@@ -205,7 +205,6 @@ def _mark_admitted(
             time_to_bind=wait,
             pending_reason="",
             pending_message="",
-            queue_position=None,
             reserved_placements=[],
             borrowed={},
         )
@@ -267,12 +266,14 @@ def _save_reservations(result: RoundResult, placed: list[int]) -> None:
 
 
 def pending_info_save(result: RoundResult, *, loaded: dict[int, tuple] | None = None) -> int:
-    """Write each still-waiting workload's reason, message and position (only rows that changed).
+    """Write each still-waiting workload's reason and message (only rows that changed). Queue
+    positions are not stored: one admission moves every position behind it, so a deep queue would
+    rewrite thousands of rows a round; selectors.queue_positions computes them on read.
 
     `loaded` (SnapshotIndex.pending_info) holds the values the round's snapshot read; on
     PostgreSQL they stand in for a second read, the UPDATE's state condition skipping rows that
     stopped waiting meanwhile. SQLite has no such condition here, so it reads them again."""
-    wanted = {p.workload_id: (str(p.reason), p.message, p.position) for p in result.pending}
+    wanted = {p.workload_id: (str(p.reason), p.message) for p in result.pending}
     if not wanted:
         return 0
     if loaded is not None and connection.vendor == "postgresql":
@@ -280,13 +281,13 @@ def pending_info_save(result: RoundResult, *, loaded: dict[int, tuple] | None = 
     else:
         current = {}
         for part in by_ids(Workload.objects.filter(state__in=WAITING), list(wanted)):
-            rows = part.values_list("pk", "pending_reason", "pending_message", "queue_position")
-            current.update({pk: (reason, message, pos) for pk, reason, message, pos in rows})
+            current.update({pk: (reason, message) for pk, reason, message in
+                            part.values_list("pk", "pending_reason", "pending_message")})
     changed = {pk: values for pk, values in wanted.items() if pk in current and current[pk] != values}
     with transaction.atomic():
         return rows_update(
             model=Workload,
-            fields=["pending_reason", "pending_message", "queue_position"],
+            fields=["pending_reason", "pending_message"],
             rows=changed,
             extra_where="t.state IN ('pending', 'requeued')",
         )

@@ -92,7 +92,6 @@ def workload_cancel(*, workload: Workload, actor: Actor, reason: str = "", now: 
             actor=actor,
             finished_at=now,
             reserved_placements=[],
-            queue_position=None,
         )
         audit_record(
             actor=actor,
@@ -407,7 +406,6 @@ def _release_and_requeue(
             executor_job_id="",
             executor="",
             pending_reason="",
-            queue_position=None,
             pending_message=f"Requeued from its last checkpoint: {reason}",
             **common,
         )

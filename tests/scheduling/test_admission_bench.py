@@ -98,11 +98,11 @@ def test_rows_update_sets_each_row_its_own_values(research_queue, clock):
     ws = [workload_submit(spec=training(f"w{i}", 8), actor=EXECUTOR) for i in range(3)]
     rows = {w.pk: (f"reason {i}", None if i == 1 else i + 1) for i, w in enumerate(ws)}
 
-    assert rows_update(model=Workload, fields=["pending_reason", "queue_position"], rows=rows) == 3
+    assert rows_update(model=Workload, fields=["pending_reason", "time_limit_seconds"], rows=rows) == 3
 
     got = dict(
-        (pk, (reason, pos))
-        for pk, reason, pos in Workload.objects.values_list("pk", "pending_reason", "queue_position")
+        (pk, (reason, limit))
+        for pk, reason, limit in Workload.objects.values_list("pk", "pending_reason", "time_limit_seconds")
     )
     assert got == rows
 

@@ -12,6 +12,7 @@ from core.actors import Actor
 from fleet.demo import H100_FLAVOR
 from scheduling.choices import WorkloadState
 from scheduling.models import Allocation, Workload
+from scheduling.selectors import queue_positions
 from scheduling.services import executor_tick, placement_round_run, workload_submit
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made here while it is
@@ -67,9 +68,9 @@ def test_queues_and_workload_pages_render_the_round(seeded, browser, live_server
     page.goto(f"{live_server.url}/scheduling/queues/")
     row = page.locator("tr", has=page.locator(f"a[href='/scheduling/workloads/{waiting.pk}/']"))
     expect(row).to_contain_text("BORROWING_LIMIT")
-    waiting.refresh_from_db()
-    assert waiting.queue_position  # the demo's quota story queues others in research-q too
-    expect(row.locator("td").first).to_have_text(str(waiting.queue_position))
+    position = queue_positions([waiting])[waiting.pk]
+    assert position  # the demo's quota story queues others in research-q too
+    expect(row.locator("td").first).to_have_text(str(position))
     page.screenshot(path=str(artifacts_dir / "scheduling_queues.png"), full_page=True)
 
     page.goto(f"{live_server.url}/scheduling/workloads/{train.pk}/")

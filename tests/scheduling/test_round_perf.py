@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 
 from scheduling.engine import schedule
-from scheduling.models import Workload
-from scheduling.selectors import snapshot_load, typical_mix_cached, typical_mix_load
+from scheduling.models import PriorityClass, Workload
+from scheduling.selectors import queue_positions, snapshot_load, typical_mix_cached, typical_mix_load
 from scheduling.services.rounds import pending_info_save
 
 from .conftest import api_for, run_round, submit, training
@@ -18,9 +18,9 @@ from .conftest import api_for, run_round, submit, training
 
 def _waiting_info() -> dict[int, tuple]:
     rows = Workload.objects.filter(state__in=("pending", "requeued")).values_list(
-        "pk", "pending_reason", "pending_message", "queue_position"
+        "pk", "pending_reason", "pending_message"
     )
-    return {pk: (reason, message, pos) for pk, reason, message, pos in rows}
+    return {pk: (reason, message) for pk, reason, message in rows}
 
 
 @pytest.fixture
@@ -34,16 +34,16 @@ def backlog(research_queue, team_member, clock) -> list[int]:
     return ids
 
 
-def test_the_snapshot_carries_each_waiting_workloads_reason_message_and_position(backlog, clock):
+def test_the_snapshot_carries_each_waiting_workloads_reason_and_message(backlog, clock):
     run_round(clock)
     clock.advance(1)
     _snapshot, index = snapshot_load(now=clock.now)
     assert index.pending_info == _waiting_info()
     assert len(index.pending_info) == 3
-    assert sorted(pos for _r, _m, pos in index.pending_info.values()) == [1, 2, 3]
+    assert {reason for reason, _m in index.pending_info.values()} == {"QUOTA_EXCEEDED"}
 
 
-def test_the_follow_up_writes_only_the_rows_whose_reason_message_or_position_changed(backlog, clock):
+def test_the_follow_up_writes_only_the_rows_whose_reason_or_message_changed(backlog, clock):
     run_round(clock)
     clock.advance(1)
     snapshot, index = snapshot_load(now=clock.now)
@@ -54,7 +54,7 @@ def test_the_follow_up_writes_only_the_rows_whose_reason_message_or_position_cha
     # One waiting gang goes back to a blank state: that row, and only it, is written again.
     first = min(index.pending_info)
     before = _waiting_info()
-    Workload.objects.filter(pk=first).update(pending_reason="", pending_message="", queue_position=None)
+    Workload.objects.filter(pk=first).update(pending_reason="", pending_message="")
     snapshot, index = snapshot_load(now=clock.now)
     result = schedule(snapshot)
     assert pending_info_save(result, loaded=index.pending_info) == 1
@@ -68,10 +68,10 @@ def test_a_row_that_stopped_waiting_after_the_snapshot_is_left_alone(backlog, cl
     snapshot, index = snapshot_load(now=clock.now)
     result = schedule(snapshot)
     gone = result.pending[0].workload_id
-    Workload.objects.filter(pk=gone).update(state="cancelled", pending_reason="", queue_position=None)
-    stale = {pk: ("", "", None) for pk in index.pending_info}  # every row looks changed
+    Workload.objects.filter(pk=gone).update(state="cancelled", pending_reason="")
+    stale = {pk: ("", "") for pk in index.pending_info}  # every row looks changed
     assert pending_info_save(result, loaded=stale) == len(result.pending) - 1
-    assert Workload.objects.get(pk=gone).queue_position is None
+    assert Workload.objects.get(pk=gone).pending_reason == ""
 
 
 def test_a_second_round_at_rest_writes_no_pending_rows(backlog, clock, monkeypatch):
@@ -166,3 +166,21 @@ def test_raw_reads_decode_json_booleans_and_times_as_the_orm_would(backlog, cloc
         assert waiting[w.id].submitted_at == w.submitted_at.timestamp()
         assert waiting[w.id].may_preempt is True and waiting[w.id].preemptible is False
         assert waiting[w.id].pod_sets[0].accepted_products == ()
+
+
+def test_queue_positions_are_the_rounds_and_stay_current_between_rounds(backlog, team_member, clock):
+    run_round(clock)
+    snapshot, _index = snapshot_load(now=clock.now)
+    engine = {p.workload_id: p.position for p in schedule(snapshot).pending}
+    waiting = list(Workload.objects.filter(pk__in=backlog))
+    assert queue_positions(waiting) == engine == {backlog[1]: 1, backlog[2]: 2, backlog[3]: 3}
+
+    # A higher-priority submission is first in line at once, before any round has seen it, and
+    # the API shows the same positions; a running workload has none.
+    PriorityClass.objects.create(name="incident", value=5000, preemptible=False)
+    client = api_for(team_member)
+    urgent = submit(client, **training("urgent", 64, priority="incident"))
+    listed = {w["id"]: w["position"] for w in client.get("/api/v1/workloads/").json()["results"]}
+    assert listed[urgent["id"]] == 1
+    assert [listed[pk] for pk in backlog] == [None, 2, 3, 4]
+    assert client.get(f"/api/v1/workloads/{backlog[3]}/").json()["position"] == 4

@@ -9,6 +9,7 @@ import pytest
 from core.actors import Actor
 from scheduling.choices import WorkloadState
 from scheduling.models import Allocation, Preemption, Queue, QueueQuota, Team, Workload, WorkloadTransition
+from scheduling.selectors import queue_positions
 from scheduling.services import executor_tick, workload_submit
 
 from .conftest import FLAVOR, make_cluster, nodes_of, run_round, training
@@ -43,7 +44,7 @@ def test_two_gangs_that_together_exceed_capacity_never_hold_partial_allocations(
     second.refresh_from_db()
     assert second.state == WorkloadState.PENDING
     assert second.pending_reason == "INSUFFICIENT_CAPACITY"
-    assert second.queue_position == 1
+    assert queue_positions([second]) == {second.pk: 1}
 
 
 def test_a_free_node_is_used_instead_of_preempting(small, clock):
