@@ -1,6 +1,7 @@
 """DCGM exporter telemetry: parse, match each reading to a GPU row, store it, apply the policy."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -19,6 +20,8 @@ from health.models import WHOLE_GPU
 from .events import HEALTH_ACTOR, SignalOutcome, signals_apply
 from .liveness import node_seen
 from .readings import ReadingRow, readings_store
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -147,7 +150,15 @@ def dcgm_ingest(
     now = now or timezone.now()
     if dry_run:
         return DcgmOutcome(readings=readings, matched=match_gpus(node, readings, list(Gpu.objects.filter(node=node))))
-    faulty = any(_has_fault(r) for r in readings if r.mig_instance_id is None)
+    return _ingest_readings(node, readings, actor=actor, now=now)
+
+
+def _faulty(readings: Sequence[dcgm.GpuReading]) -> bool:
+    return any(_has_fault(r) for r in readings if r.mig_instance_id is None)
+
+
+def _ingest_readings(node: Node, readings: list[dcgm.GpuReading], *, actor: Actor, now: datetime) -> DcgmOutcome:
+    faulty = _faulty(readings)
     with transaction.atomic():
         # A healthy scrape of a live node (nearly all of them) touches the node in one statement; a
         # fault or a node coming back from `unknown` takes the full path under the node's row lock.
@@ -171,3 +182,122 @@ def dcgm_ingest(
             outcome.signals = signals_apply(node=node, signals=signals, source=EventSource.DCGM, actor=actor, now=now,
                                             gpus={g.uuid: g for g in gpus})
     return outcome
+
+
+def dcgm_ingest_many(
+    items: Sequence[tuple[Node, str | bytes]], *, now: datetime | None = None, actor: Actor = HEALTH_ACTOR
+) -> list[DcgmOutcome | Exception]:
+    """dcgm_ingest for many nodes (a scrape's batch): one result per item, in order, the DcgmOutcome or
+    the exception that node's ingest raised (ValidationError for text that is not an exposition,
+    Node.DoesNotExist, a database error), so one node's failure never affects another's.
+
+    The healthy scrapes of live nodes (no fault counters, node not `unknown`; nearly all) are stored
+    together in one transaction: one UPDATE of the nodes' last_heartbeat, one SELECT of their GPUs,
+    one upsert of the latest readings, one insert of the minute history. Faulty payloads and nodes
+    coming back from `unknown` take dcgm_ingest's path (remediation, node_seen), each in its own
+    transaction; so does every node of the batch when the batch's transaction fails."""
+    now = now or timezone.now()
+    results: list[DcgmOutcome | Exception | None] = [None] * len(items)
+    parsed: dict[int, list[dcgm.GpuReading]] = {}
+    for i, (_node, text) in enumerate(items):
+        try:
+            parsed[i] = dcgm_parse(text, all_metrics=False)
+        except ValidationError as exc:
+            results[i] = exc
+    batch = [i for i, readings in parsed.items() if not _faulty(readings)]
+    healthy = set(batch)
+    alone = [i for i in parsed if i not in healthy]
+    if batch and connection.vendor in ("sqlite", "postgresql"):
+        try:
+            batch_outcomes = _ingest_healthy([(items[i][0], parsed[i]) for i in batch], now=now)
+        except Exception:  # noqa: BLE001  a database error (or any surprise): each node then fails or not on its own
+            log.warning("batch DCGM ingest of %d nodes failed; ingesting them one by one", len(batch), exc_info=True)
+            alone += batch
+        else:
+            for i, outcome in zip(batch, batch_outcomes, strict=True):
+                if outcome is None:
+                    alone.append(i)  # missing or `unknown`: the full path decides
+                else:
+                    results[i] = outcome
+    else:
+        alone += batch
+    for i in sorted(alone):
+        try:
+            results[i] = _ingest_readings(items[i][0], parsed[i], actor=actor, now=now)
+        except Exception as exc:  # noqa: BLE001  reported per node: one node's surprise must not stop the others
+            results[i] = exc
+    return results  # type: ignore[return-value]  (every item has its result now)
+
+
+def _ingest_healthy(items: Sequence[tuple[Node, list[dcgm.GpuReading]]], *, now: datetime) -> list[DcgmOutcome | None]:
+    """Store healthy readings of many nodes in one transaction; None for a node that is missing or
+    `unknown` (touched by nothing here: the caller sends it down the full path)."""
+    with transaction.atomic():
+        live = _nodes_touch([node.pk for node, _ in items], now)
+        gpus_of = _nodes_gpus(live)
+        outcomes: list[DcgmOutcome | None] = []
+        rows: list[ReadingRow] = []
+        for node, readings in items:
+            if node.pk not in live:
+                outcomes.append(None)
+                continue
+            matched = match_gpus(node, readings, gpus_of.get(node.pk, ()))
+            mine = [_row(r, g) for r, g in zip(readings, matched, strict=True) if g is not None]
+            rows += mine
+            outcomes.append(DcgmOutcome(readings=readings, matched=matched, stored=len(mine)))
+        readings_store(rows=rows, source=EventSource.DCGM, now=now)
+    return outcomes
+
+
+def _nodes_touch(pks: Sequence[int], now: datetime) -> set[int]:
+    """Set last_heartbeat of the nodes that exist and are not `unknown`, and return their ids: one
+    statement, which takes their row locks (in id order on PostgreSQL, so two batches cannot deadlock)."""
+    quote = connection.ops.quote_name
+    meta = Node._meta
+    table, pk = quote(meta.db_table), quote(meta.pk.column)
+    heartbeat, state = quote(meta.get_field("last_heartbeat").column), quote(meta.get_field("state").column)
+    when = connection.ops.adapt_datetimefield_value(now)
+    touched: set[int] = set()
+    with connection.cursor() as cursor:
+        for start in range(0, len(pks), _IDS_PER_STATEMENT):
+            chunk = list(pks[start:start + _IDS_PER_STATEMENT])
+            if connection.vendor == "postgresql":
+                cursor.execute(
+                    f"WITH locked AS (SELECT {pk} FROM {table} WHERE {pk} = ANY(%s) AND {state} <> %s "
+                    f"ORDER BY {pk} FOR UPDATE) UPDATE {table} SET {heartbeat} = %s FROM locked "
+                    f"WHERE {table}.{pk} = locked.{pk} RETURNING {table}.{pk}",
+                    [chunk, NodeState.UNKNOWN, when],
+                )
+            else:
+                cursor.execute(
+                    f"UPDATE {table} SET {heartbeat} = %s WHERE {pk} IN ({', '.join(['%s'] * len(chunk))}) "
+                    f"AND {state} <> %s RETURNING {pk}",
+                    [when, *chunk, NodeState.UNKNOWN],
+                )
+            touched.update(row[0] for row in cursor.fetchall())
+    return touched
+
+
+_IDS_PER_STATEMENT = 900  # under SQLite's 999 bound parameters of old builds
+
+
+def _nodes_gpus(pks: set[int]) -> dict[int, list[Gpu]]:
+    """The nodes' GPUs with only what matching and storing need (as _node_gpus), by node id."""
+    quote = connection.ops.quote_name
+    fields = [f for f in Gpu._meta.concrete_fields if f.name in _GPU_FIELDS]
+    names = [f.attname for f in fields]
+    node_column = quote(Gpu._meta.get_field("node").column)
+    select = f"SELECT {', '.join(quote(f.column) for f in fields)} FROM {quote(Gpu._meta.db_table)} WHERE "
+    by_node: dict[int, list[Gpu]] = {}
+    ids = sorted(pks)
+    with connection.cursor() as cursor:
+        for start in range(0, len(ids), _IDS_PER_STATEMENT):
+            chunk = ids[start:start + _IDS_PER_STATEMENT]
+            if connection.vendor == "postgresql":
+                cursor.execute(select + f"{node_column} = ANY(%s)", [chunk])
+            else:
+                cursor.execute(select + f"{node_column} IN ({', '.join(['%s'] * len(chunk))})", chunk)
+            for row in cursor.fetchall():
+                gpu = Gpu.from_db(connection.alias, names, row)
+                by_node.setdefault(gpu.node_id, []).append(gpu)
+    return by_node

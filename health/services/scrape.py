@@ -1,8 +1,10 @@
 """Pulling each node's dcgm-exporter /metrics (the beat task every 15 s).
 
-Fetches run concurrently (I/O bound, short timeouts, at most 5 MB read); each node's ingest is its
-own transaction, so one bad node never blocks the rest. A failed scrape is a health event of the
-node, not a crash, and the next good scrape of the node resolves it."""
+Fetches run concurrently (I/O bound, short timeouts, at most 5 MB read); what came back is ingested
+BATCH nodes at a time (dcgm_ingest_many: the healthy scrapes of a batch in one transaction, a faulty
+one on its own, and every node on its own when the batch's transaction fails), so one bad node never
+blocks the rest. A failed scrape is a health event of the node, not a crash, and the next good scrape
+of the node resolves it."""
 from __future__ import annotations
 
 import logging
@@ -17,13 +19,15 @@ from django.db import transaction
 
 from fleet.models import Node
 from health.choices import EventKind, EventSource, Severity
+from health.models import HealthEvent
 
-from .dcgm import dcgm_ingest
-from .events import condition_record, condition_resolve
+from .dcgm import dcgm_ingest_many
+from .events import condition_record
 
 log = logging.getLogger(__name__)
 MAX_BYTES = 5 * 1024 * 1024
 WORKERS = 16
+BATCH = 100  # nodes ingested together: one transaction and four statements for their healthy scrapes
 
 
 def scrape_timeout() -> httpx.Timeout:
@@ -56,6 +60,14 @@ def _failed(node: Node, error: str, now: datetime) -> None:
                          evidence=f"scrape of {node.exporter_url} failed: {error}", key=f"{node.pk}|{error}", now=now)
 
 
+def _error(exc: Exception, node: Node) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(exc.messages)[:500]
+    if not isinstance(exc, httpx.HTTPError | ValueError):
+        log.error("ingesting the scrape of %s failed", node.name, exc_info=exc)
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
 def exporters_scrape(
     *, now: datetime, transport: httpx.BaseTransport | None = None, timeout: httpx.Timeout | None = None
 ) -> ScrapeOutcome:
@@ -67,22 +79,29 @@ def exporters_scrape(
     with httpx.Client(timeout=timeout or scrape_timeout(), transport=transport, follow_redirects=False) as client:
         with ThreadPoolExecutor(max_workers=min(WORKERS, len(nodes))) as pool:
             futures = {node.name: pool.submit(_fetch, client, node.exporter_url) for node in nodes}
-        for node in nodes:
-            try:
-                text = futures[node.name].result()
-                dcgm_ingest(node=node, text=text, now=now)
-            except (httpx.HTTPError, ValueError) as exc:
-                error = f"{type(exc).__name__}: {exc}"[:500]
-            except ValidationError as exc:
-                error = "; ".join(exc.messages)[:500]
-            except Exception as exc:  # noqa: BLE001  one node's surprise must not stop the others' scrape
-                log.exception("ingesting the scrape of %s failed", node.name)
-                error = f"{type(exc).__name__}: {exc}"[:500]
-            else:
-                condition_resolve(node=node, kind=EventKind.SCRAPE_FAILED, source=EventSource.DCGM, now=now)
-                outcome.scraped.append(node.name)
-                continue
-            log.warning("scraping %s failed: %s", node.name, error)
-            _failed(node, error, now)
-            outcome.failed[node.name] = error
+        for start in range(0, len(nodes), BATCH):
+            errors: dict[str, Exception] = {}
+            fetched: list[tuple[Node, str]] = []
+            for node in nodes[start:start + BATCH]:
+                try:
+                    fetched.append((node, futures.pop(node.name).result()))
+                except (httpx.HTTPError, ValueError) as exc:
+                    errors[node.name] = exc
+            results = dcgm_ingest_many(fetched, now=now)
+            scraped = []
+            for (node, _text), result in zip(fetched, results, strict=True):
+                if isinstance(result, Exception):
+                    errors[node.name] = result
+                else:
+                    scraped.append(node)
+            # condition_resolve for the batch's good scrapes, in one statement.
+            HealthEvent.objects.filter(node__in=scraped, kind=EventKind.SCRAPE_FAILED, source=EventSource.DCGM,
+                                       resolved_at__isnull=True).update(resolved_at=now, last_seen=now)
+            outcome.scraped += [node.name for node in scraped]
+            for node in nodes[start:start + BATCH]:
+                if node.name in errors:
+                    error = _error(errors[node.name], node)
+                    log.warning("scraping %s failed: %s", node.name, error)
+                    _failed(node, error, now)
+                    outcome.failed[node.name] = error
     return outcome

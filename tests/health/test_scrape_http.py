@@ -12,7 +12,7 @@ import pytest
 
 from fleet.models import Gpu, Node
 from health.models import GpuReading, HealthEvent
-from health.services import exporters_scrape
+from health.services import exporters_scrape, scrape
 from health.tasks import exporters_scrape_task
 
 T4_UUID = "GPU-20c56d28-0da5-6d26-a36a-e7af1ce2586e"
@@ -26,6 +26,8 @@ class _Exporter(BaseHTTPRequestHandler):
         if self.path == "/slow":
             time.sleep(self.slow_s)
         body = b"# " + b"x" * (6 * 1024 * 1024) + b"\n" if self.path == "/huge" else self.dump
+        if self.path == "/garbage":
+            body = b"<html><body>502 Bad Gateway</body></html>\n"
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.send_header("Content-Length", str(len(body)))
@@ -107,3 +109,22 @@ def test_an_unreachable_exporter_is_an_event_not_a_crash(cluster, clock):
     outcome = exporters_scrape(now=clock.now, timeout=httpx.Timeout(1.0))
     assert "ConnectError" in outcome.failed["n1"]
     assert HealthEvent.objects.get(kind="scrape_failed").node.name == "n1"
+
+
+def test_a_garbage_answer_in_a_batch_fails_only_its_node(exporter, n1_is_the_t4, clock, monkeypatch):
+    monkeypatch.setattr(scrape, "BATCH", 2)  # n1 and n2 share a batch, n3 has its own
+    Node.objects.filter(name="n1").update(exporter_url=f"{exporter}/metrics")
+    Node.objects.filter(name="n2").update(exporter_url=f"{exporter}/garbage")
+    Node.objects.filter(name="n3").update(exporter_url=f"{exporter}/metrics")
+    outcome = exporters_scrape(now=clock.now)
+    assert outcome.scraped == ["n1", "n3"] and list(outcome.failed) == ["n2"]
+    assert "No GPU samples found" in outcome.failed["n2"] or "line 1" in outcome.failed["n2"]
+    failed = HealthEvent.objects.get(kind="scrape_failed")
+    assert failed.node.name == "n2" and failed.resolved_at is None
+    assert GpuReading.objects.get(gpu__uuid=T4_UUID).temperature_c == 25
+    assert set(Node.objects.filter(last_heartbeat=clock.now).values_list("name", flat=True)) == {"n1", "n3"}
+
+    Node.objects.filter(name="n2").update(exporter_url=f"{exporter}/metrics")
+    assert exporters_scrape(now=clock.now + timedelta(seconds=15)).scraped == ["n1", "n2", "n3"]
+    failed.refresh_from_db()
+    assert failed.resolved_at == clock.now + timedelta(seconds=15)
