@@ -64,39 +64,80 @@ COUNTERS = [
 ]
 HEALTHY_ZERO = frozenset({
     "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-    "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_EXP_XID_ERRORS_COUNT",
+    "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_EXP_XID_ERRORS_COUNT", "DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_RETIRED_DBE",
+    "DCGM_FI_DEV_RETIRED_PENDING", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_VGPU_LICENSE_STATUS", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "DCGM_FI_DEV_SYNC_BOOST_VIOLATION", "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION",
+    "DCGM_FI_DEV_RELIABILITY_VIOLATION",
 })
 H100_BUSES = ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
+FB_TOTAL_MIB = 81559  # H100 80GB HBM3: FB_USED + FB_FREE (FB_RESERVED printed as 0 here)
+BUSY_GPUS = 6  # GPUs 0-5 of every node run a pod; 6 and 7 idle
 
 
-def _value(rng: random.Random, name: str) -> str:
+class NodeState:
+    """What stays put between two scrapes of a node: its GPUs' UUIDs and labels, which GPUs run a job,
+    the memory each job holds (a training job's framebuffer use is flat), its energy counters."""
+
+    def __init__(self, node: int, rng: random.Random) -> None:
+        self.node = node
+        self.host = f"bench-{node:04d}"
+        self.labels = []
+        for gpu, bus in enumerate(H100_BUSES):
+            uuid = f"GPU-{node:08x}-{gpu:04x}-4cc8-97e4-e817{rng.getrandbits(24):06x}"
+            base = (f'gpu="{gpu}",UUID="{uuid}",pci_bus_id="00000000:{bus}:00.0",device="nvidia{gpu}",'
+                    f'modelName="NVIDIA H100 80GB HBM3",Hostname="{self.host}",DCGM_FI_DRIVER_VERSION="565.57.01"')
+            if gpu < BUSY_GPUS:
+                base += f',container="trainer",namespace="team-{node % 7}",pod="train-{node}-{gpu // 2}"'
+            self.labels.append(base)
+        self.fb_used = [rng.randint(20_000, 80_000) if gpu < BUSY_GPUS else 0 for gpu in range(len(H100_BUSES))]
+        self.energy = [rng.randint(10**9, 10**11) for _ in H100_BUSES]
+
+
+def _value(rng: random.Random, name: str, state: NodeState, gpu: int) -> str:
+    """A value as dcgm-exporter prints it (shapes from the captured dumps in shared/telemetry/dcgm):
+    integers for temperatures, utilisation, clocks, MiB and counters, 6-decimal floats for power and
+    profiling ratios, the NOT_SUPPORTED sentinel for memory temperature."""
+    busy = gpu < BUSY_GPUS
     if name == "DCGM_FI_DEV_MEMORY_TEMP":
         return "9223372036854775794"  # NOT_SUPPORTED sentinel, as on the dcgm-exporter README
     if name in HEALTHY_ZERO:
         return "0"  # a healthy fleet: fault counters at zero, so the store path measures storing, not remediation
+    if name == "DCGM_FI_DEV_GPU_TEMP":
+        return str(rng.randint(55, 85) if busy else rng.randint(25, 40))
+    if name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL"):
+        return str(rng.randint(60, 100) if busy else 0)
+    if name == "DCGM_FI_DEV_SM_CLOCK":
+        return "1980" if busy else "345"
+    if name == "DCGM_FI_DEV_MEM_CLOCK":
+        return "2619"
+    if name == "DCGM_FI_DEV_FB_USED":
+        return str(state.fb_used[gpu])
+    if name == "DCGM_FI_DEV_FB_FREE":
+        return str(FB_TOTAL_MIB - state.fb_used[gpu])
+    if name == "DCGM_FI_DEV_POWER_USAGE":  # milliwatt resolution, printed %f ("8.969000")
+        return f"{rng.randint(250_000, 700_000) / 1000 if busy else rng.randint(60_000, 80_000) / 1000:.6f}"
+    if name == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION":
+        state.energy[gpu] += rng.randint(1_000_000, 10_000_000)  # mJ since boot: 15 s at 70-700 W
+        return str(state.energy[gpu])
+    if name in ("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"):
+        return str(rng.randint(10**6, 10**9) if busy else rng.randint(0, 10**4))
     if name.startswith("DCGM_FI_PROF_"):
-        return f"{rng.random():.6f}"
-    if name == "DCGM_FI_DEV_POWER_USAGE":
-        return f"{rng.uniform(80, 700):.6f}"
-    return str(rng.randint(0, 90000))
+        return f"{rng.random():.6f}" if busy else "0.000000"
+    if name == "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS":
+        return rng.choice(["0", "1", "4"])
+    return str(rng.randint(0, 10**6))  # NVLink bytes, violation microseconds: counters that grow
 
 
-def node_payload(node: int, rng: random.Random) -> str:
-    host = f"bench-{node:04d}"
+def node_payload(state: NodeState, rng: random.Random) -> str:
+    """One scrape of the node: the same families, labels and order every time, values of this moment."""
     lines: list[str] = []
-    labels = []
-    for gpu, bus in enumerate(H100_BUSES):
-        uuid = f"GPU-{node:08x}-{gpu:04x}-4cc8-97e4-e817{rng.getrandbits(24):06x}"
-        base = (f'gpu="{gpu}",UUID="{uuid}",pci_bus_id="00000000:{bus}:00.0",device="nvidia{gpu}",'
-                f'modelName="NVIDIA H100 80GB HBM3",Hostname="{host}",DCGM_FI_DRIVER_VERSION="565.57.01"')
-        if gpu < 6:
-            base += f',container="trainer",namespace="team-{node % 7}",pod="train-{node}-{gpu // 2}"'
-        labels.append(base)
     for name in GAUGES + COUNTERS:
         lines.append(f"# HELP {name} {name.lower().replace('_', ' ')}.")
         lines.append(f"# TYPE {name} {'counter' if name in COUNTERS else 'gauge'}")
-        for label in labels:
-            lines.append(f"{name}{{{label}}} {_value(rng, name)}")
+        for gpu, label in enumerate(state.labels):
+            lines.append(f"{name}{{{label}}} {_value(rng, name, state, gpu)}")
     return "\n".join(lines) + "\n"
 
 
@@ -194,35 +235,33 @@ def _ms(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1] * 1000 if len(values) > 1 else values[0] * 1000
 
 
-def _cold(fn: Callable[[str], int]) -> Callable[[str], int]:
-    def first_scrape(text: str) -> int:
-        return fn(text)
-
-    first_scrape.cold = True  # type: ignore[attr-defined]
-    return first_scrape
+Scrapes = list[list[tuple[str, str]]]  # per scrape: (node name, exposition text) per node
 
 
-def bench_dcgm(nodes: int, rng: random.Random) -> list[tuple[str, str]]:
-    print(f"generating DCGM payloads: {nodes} nodes x 8 GPUs x {len(GAUGES) + len(COUNTERS)} metrics ...")
-    texts = [node_payload(n, rng) for n in range(nodes)]
-    samples = sum(text.count("\n") for text in texts) - nodes * 2 * (len(GAUGES) + len(COUNTERS))
+def bench_dcgm(nodes: int, rng: random.Random) -> Scrapes:
+    """Two scrapes of the fleet, 15 s apart: the same nodes, labels and families, values of each moment.
+    "1st scrape" rows start from empty caches; "2nd scrape" rows parse the second scrape after the first."""
+    print(f"generating DCGM payloads: {nodes} nodes x 8 GPUs x {len(GAUGES) + len(COUNTERS)} metrics, 2 scrapes ...")
+    states = [NodeState(n, rng) for n in range(nodes)]
+    scrapes = [[node_payload(state, rng) for state in states] for _scrape in range(2)]
+    samples = sum(text.count("\n") for text in scrapes[0]) - nodes * 2 * (len(GAUGES) + len(COUNTERS))
     rows = []
-    for label, fn in (("ours, store mode, 1st scrape", _cold(ours_store_mode)),
-                      ("ours, store mode, 2nd scrape", ours_store_mode),
-                      ("ours, all metrics, 1st scrape", _cold(ours_all_metrics)),
-                      ("ours, all metrics, 2nd scrape", ours_all_metrics),
-                      ("prometheus_client as written (reference)", reference_dcgm),
-                      ("naive regex per line (baseline)", naive_dcgm)):
-        if getattr(fn, "cold", False):
+    for label, fn, scrape in (("ours, store mode, 1st scrape", ours_store_mode, 0),
+                              ("ours, store mode, 2nd scrape", ours_store_mode, 1),
+                              ("ours, all metrics, 1st scrape", ours_all_metrics, 0),
+                              ("ours, all metrics, 2nd scrape", ours_all_metrics, 1),
+                              ("prometheus_client as written (reference)", reference_dcgm, 0),
+                              ("naive regex per line (baseline)", naive_dcgm, 0)):
+        if scrape == 0:
             dcgm.clear_caches()
-        seconds, gpus, latencies = time_payloads(fn, texts)
+        seconds, gpus, latencies = time_payloads(fn, scrapes[scrape])
         rows.append((label, gpus / seconds, samples / seconds, _ms(latencies, 50), _ms(latencies, 99), gpus))
-    print(f"\nDCGM exposition: {nodes} payloads, {samples:,} metric samples")
+    print(f"\nDCGM exposition: {nodes} payloads a scrape, {samples:,} metric samples")
     print(f"{'parser':42} {'GPU-samples/s':>14} {'metric samples/s':>17} {'p50 ms/payload':>15} "
           f"{'p99 ms/payload':>15} {'GPUs':>7}")
     for label, gps, mps, p50, p99, gpus in rows:
         print(f"{label:42} {gps:14,.0f} {mps:17,.0f} {p50:15.2f} {p99:15.2f} {gpus:7,}")
-    return [(f"bench-{n:04d}", text) for n, text in enumerate(texts)]
+    return [[(state.host, text) for state, text in zip(states, texts, strict=True)] for texts in scrapes]
 
 
 def bench_kernel_log(count: int, rng: random.Random) -> None:
@@ -254,9 +293,10 @@ def _scratch_postgres(settings) -> None:
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db["NAME"])))
 
 
-def bench_store(payloads: list[tuple[str, str]]) -> int:
-    """Parse + store (health.services.dcgm_ingest) per payload in this one process (= one worker):
-    a first scrape of the fleet (empty label-block cache) and a second one 15 s later."""
+def bench_store(scrapes: Scrapes) -> int:
+    """Parse + store (the store hook: health.services.dcgm_ingest_many, batches of nodes) in this one
+    process (= one worker): the first scrape of the fleet (empty label-block and value caches) and the
+    second one 15 s later."""
     module_name, _, function_name = STORE_HOOK.partition(":")
     # Never the developer's own database: without DATABASE_URL, a scratch SQLite file that goes away.
     scratch = None
@@ -280,16 +320,18 @@ def bench_store(payloads: list[tuple[str, str]]) -> int:
         print("Hint: the health app provides store_payloads(payloads, *, now) -> int; see STORE_HOOK in this file.")
         return 2
     engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
-    texts = [text for _, text in payloads]
+    payloads = scrapes[0]
     dcgm.clear_caches()
-    parse_seconds, _, parse_latencies = time_payloads(ours_store_mode, texts)
-    warm_seconds, _, warm_latencies = time_payloads(ours_store_mode, texts)
+    parse_seconds, _, parse_latencies = time_payloads(ours_store_mode, [text for _, text in scrapes[0]])
+    warm_seconds, _, warm_latencies = time_payloads(ours_store_mode, [text for _, text in scrapes[1]])
     prepare = getattr(module, "prepare_payloads", None)
     extra = {"nodes": prepare(payloads)} if prepare else {}  # creating the inventory is not timed
     store(payloads[:2], now=datetime.now(UTC), **extra)  # warms Django's and the database's caches
     gpus = sum(len(dcgm.parse_exposition(text)) for _, text in payloads[:1]) * len(payloads)
     print(f"\nStore path ({STORE_HOOK}, {engine}, one worker): {len(payloads)} node payloads, {gpus:,} GPU readings")
-    print(f"{'path':42} {'GPU-samples/s':>14} {'p50 ms/payload':>15} {'p99 ms/payload':>15}")
+    batch = getattr(module, "BATCH", 1)
+    print(f"{'path':42} {'GPU-samples/s':>14} {'p50 ms/payload':>15} {'p99 ms/payload':>15}"
+          + (f"   (store: batches of {batch}, ms/payload = a batch's time / its payloads)" if batch > 1 else ""))
     print(f"{'parse only (store mode), 1st scrape':42} {gpus / parse_seconds:14,.0f} {_ms(parse_latencies, 50):15.2f} "
           f"{_ms(parse_latencies, 99):15.2f}")
     print(f"{'parse only (store mode), 2nd scrape':42} {gpus / warm_seconds:14,.0f} {_ms(warm_latencies, 50):15.2f} "
@@ -301,7 +343,7 @@ def bench_store(payloads: list[tuple[str, str]]) -> int:
         latencies: list[float] = []
         started = time.process_time()
         wall = time.perf_counter()
-        stored = store(payloads, now=start + timedelta(seconds=15 * scrape), latencies=latencies, **extra)
+        stored = store(scrapes[scrape - 1], now=start + timedelta(seconds=15 * scrape), latencies=latencies, **extra)
         seconds = time.process_time() - started
         wall = time.perf_counter() - wall
         print(f"{'parse + store, ' + name + ' (CPU time)':42} {stored / seconds:14,.0f} {_ms(latencies, 50):15.2f} "
@@ -321,9 +363,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.nodes < 2 or args.log_lines < 1:
         parser.error("--nodes must be at least 2 and --log-lines at least 1")
     rng = random.Random(args.seed)
-    payloads = bench_dcgm(args.nodes, rng)
+    scrapes = bench_dcgm(args.nodes, rng)
     bench_kernel_log(args.log_lines, rng)
-    return bench_store(payloads) if args.store else 0
+    return bench_store(scrapes) if args.store else 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""The store path timed by bench/ingest.py --store: real parse + dcgm_ingest per node payload.
+"""The store path timed by bench/ingest.py --store: real parse + dcgm_ingest_many in batches of nodes.
 
 Prepares (once, idempotently) one rack, flavor and node per payload with the payload's GPUs, then
-runs every payload through health.services.dcgm_ingest, exactly as a scrape or push does. The bench
-calls prepare_payloads first so that creating the inventory is not timed."""
+runs the payloads through health.services.dcgm_ingest_many in batches of BATCH, exactly as a scrape
+does. The bench calls prepare_payloads first so that creating the inventory is not timed."""
 from __future__ import annotations
 
 import time
@@ -13,7 +13,8 @@ from django.db import transaction
 
 from fleet.models import Gpu, GpuFlavor, Node, Rack
 from health.core import dcgm
-from health.services import dcgm_ingest
+from health.services import dcgm_ingest_many
+from health.services.scrape import BATCH
 
 
 def prepare_payloads(payloads: Sequence[tuple[str, str]]) -> dict[str, Node]:
@@ -37,13 +38,18 @@ def prepare_payloads(payloads: Sequence[tuple[str, str]]) -> dict[str, Node]:
 
 def store_payloads(payloads: Sequence[tuple[str, str]], *, now: datetime, latencies: list[float] | None = None,
                    nodes: dict[str, Node] | None = None) -> int:
-    """Ingest every payload through dcgm_ingest; returns GPU readings stored. `latencies` (if given)
-    receives each payload's process-CPU seconds; `nodes` (from prepare_payloads) skips preparing."""
+    """Ingest every payload through dcgm_ingest_many, BATCH nodes at a time; returns GPU readings stored.
+    `latencies` (if given) receives, per batch, its process-CPU seconds divided by its payloads (what a
+    payload costs inside a batch); `nodes` (from prepare_payloads) skips preparing."""
     nodes = prepare_payloads(payloads) if nodes is None else nodes
     stored = 0
-    for name, text in payloads:
+    for start in range(0, len(payloads), BATCH):
+        batch = [(nodes[name], text) for name, text in payloads[start:start + BATCH]]
         started = time.process_time()
-        stored += dcgm_ingest(node=nodes[name], text=text, now=now).stored
+        for result in dcgm_ingest_many(batch, now=now):
+            if isinstance(result, Exception):
+                raise result
+            stored += result.stored
         if latencies is not None:
-            latencies.append(time.process_time() - started)
+            latencies.append((time.process_time() - started) / len(batch))
     return stored
