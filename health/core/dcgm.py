@@ -4,16 +4,17 @@ Public API:
     parse_exposition(text: str | bytes, *, all_metrics=True) -> list[GpuReading]
         Parsed with prometheus_client (never by hand): its parse_labels reads each distinct label
         block once, its text parser reads every line's name, value, family and type (see "the fast
-        path" below). Raises ValueError naming the first line the parser rejects
-        ("DCGM exposition line 7: ...: '<line>'"). all_metrics=False is the store path's mode:
-        `metrics` keeps only FIELD_METRICS and lines of other families are read only as far as
-        needed to know which GPUs reported (so a malformed line there is not seen); the readings
-        are otherwise the same.
+        path" below); in store mode each distinct value text once (see "the lean path"). Raises
+        ValueError naming the first line the parser rejects ("DCGM exposition line 7: ...: '<line>'").
+        all_metrics=False is the store path's mode: `metrics` keeps only FIELD_METRICS and lines of
+        other families are read only as far as needed to know which GPUs reported (so a malformed
+        line there is not seen); the readings are otherwise the same.
     parse_exposition_reference(text, *, all_metrics=True)
                         the same readings with every line through prometheus_client as written
                         (~30x slower); the fast path is tested and benchmarked against it
     FIELD_METRICS       the metric families behind GpuReading's named fields
-    clear_caches()      forget the label blocks parsed so far (per process, 16,384 at most)
+    clear_caches()      forget the label blocks (16,384 at most), value texts (65,536 at most) and
+                        exposition shapes (4,096 at most) this process has seen
     GpuReading          frozen dataclass, one per GPU (or per MIG instance), `reading.to_json()`
     is_blank(value)     True for DCGM's "no data" sentinels (int32 / int64 / fp64 BLANK, NOT_FOUND,
                         NOT_SUPPORTED, NOT_PERMISSIONED) and NaN
@@ -32,6 +33,8 @@ from __future__ import annotations
 import functools
 import math
 import re
+from array import array
+from bisect import bisect_right
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -109,6 +112,7 @@ _FIELDS: dict[str, tuple[str, float, str]] = {
 _INT_FIELDS = frozenset(
     {"xid_last", "ecc_dbe_volatile", "row_remap_failure", "row_remap_pending", "xid_count", "health_status"}
 )
+_FIELD_SPECS = {metric: (attr, scale, attr in _INT_FIELDS) for metric, (attr, scale, _how) in _FIELDS.items()}
 _KNOWN_COUNTERS_WITH_TOTAL = frozenset({"DCGM_EXP_XID_ERRORS_TOTAL", "DCGM_EXP_CLOCK_EVENTS_TOTAL"})
 
 
@@ -153,10 +157,15 @@ class _Builder:
 
     def build(self) -> GpuReading:
         named: dict[str, Any] = {}
-        for metric, (attr, scale, _how) in _FIELDS.items():
-            if metric in self.values:
-                value = self.values[metric] * scale
-                named[attr] = int(value) if attr in _INT_FIELDS else float(value)
+        values = self.values
+        # Whichever is shorter: the store mode's few values, or the named fields among all metrics.
+        present = values.keys() if len(values) <= len(_FIELDS) else [m for m in _FIELDS if m in values]
+        for metric in present:
+            spec = _FIELD_SPECS.get(metric)
+            if spec is not None:
+                attr, scale, integral = spec
+                value = values[metric] * scale
+                named[attr] = int(value) if integral else float(value)
         if "sm_active" not in named and "gpu_util" in named:
             named["sm_active"] = named["gpu_util"] / 100.0
         first = self.workloads[0] if self.workloads else (None, None, None)
@@ -166,7 +175,7 @@ class _Builder:
             pod=first[1],
             container=first[2],
             workloads=tuple(self.workloads),
-            metrics=dict(self.values),
+            metrics=values,  # the builder is done with it
             **named,
         )
 
@@ -257,9 +266,10 @@ def parse_exposition(text: str | bytes, *, all_metrics: bool = True) -> list[Gpu
 
 
 def clear_caches() -> None:
-    """Forget the parsed label blocks and value texts (the bench times a first scrape with this)."""
+    """Forget the parsed label blocks, value texts and shapes (the bench times a first scrape with this)."""
     _parse_block.cache_clear()
     _HEADS.clear()
+    _TEMPLATES.clear()
     _VALUES.young.clear()
     _VALUES.old.clear()
 
@@ -334,9 +344,10 @@ class _Fallback(Exception):
 class _Block:
     """One distinct label block within one parse: its labels and what this parse did with it."""
 
-    __slots__ = ("labels", "key", "workload", "identity", "builder", "confirmed")
+    __slots__ = ("parsed", "labels", "key", "workload", "identity", "builder", "confirmed")
 
     def __init__(self, parsed: _Parsed) -> None:
+        self.parsed = parsed
         self.labels, self.key, self.workload, self.identity = parsed
         self.builder: _Builder | None = None
         self.confirmed = False  # a line with a value that cannot be blank has been queued
@@ -477,6 +488,9 @@ def _parse_fast(text: str, keep: frozenset[str] | None) -> list[GpuReading]:
 # repeat most value texts (temperatures, utilisation, zero counters, memory of a running job); power
 # and profiling ratios are mostly new each scrape.
 #
+# The next scrape of the same exporter is checked against the last one's shape (_Template) instead of
+# being scanned line by line.
+#
 # It reads exactly the lines _parse_fast gives prometheus_client in store mode, in the same order, with
 # the same blank-sentinel rule; a line _parse_fast would give as written (no legacy name before the
 # "{", a block that cannot be cut out, a "{" after the block, an ambiguous "<kept>_total") sends the
@@ -550,11 +564,12 @@ class _LeanBlock(_Block):
     an exporter prints the GPUs in the same order in every family, so after the first family the next
     line's block is nearly always known and is checked in place, without slicing or hashing it."""
 
-    __slots__ = ("text", "next")
+    __slots__ = ("text", "close", "next")
 
     def __init__(self, text: str, parsed: _Parsed) -> None:
         super().__init__(parsed)
         self.text = text
+        self.close = text + "}"
         self.next: _LeanBlock = _NO_BLOCK
 
 
@@ -562,17 +577,113 @@ _NO_BLOCK = _LeanBlock.__new__(_LeanBlock)
 _NO_BLOCK.text = "\n"  # in no line
 
 
+class _Template:
+    """The shape of an exposition the lean scan read without falling back. An exporter prints the same
+    lines every scrape with new values, so the next payload of that node is checked against the shape
+    with a few C-speed passes, and only the lines the scan would read are touched: each block's lines
+    until one confirms it, then its kept lines. The check is exact: the same number of lines; each
+    sample line starts with the same "<head>{" and has the same "<block>}" right after it; every "}"
+    of the text is one of those (so no rest holds one, and the block still runs to the line's last
+    "}"); the other lines hold no brace. Every line then splits into the head, block and rest the scan
+    would cut, and the head and block decide everything the scan does besides the value texts."""
+
+    __slots__ = ("size", "heads", "closes", "offsets", "plain", "closers", "reads")
+
+    def __init__(self, lines: list[str], samples: list[tuple[int, str, _LeanBlock, str | None]]) -> None:
+        self.size = len(lines)
+        heads, closes, offsets = [""] * self.size, [""] * self.size, array("i", bytes(4 * self.size))
+        reads: dict[int, tuple[_Parsed, list[tuple[int, int, str | None]]]] = {}
+        for index, head_brace, block, metric in samples:
+            heads[index], closes[index], offsets[index] = head_brace, block.close, len(head_brace)
+            if block.key is not None:
+                reads.setdefault(id(block), (block.parsed, []))[1].append(
+                    (index, len(head_brace) + len(block.close), metric))
+        sampled = {index for index, *_rest in samples}
+        self.heads, self.closes, self.offsets = heads, closes, offsets
+        self.plain = [index for index in range(self.size) if index not in sampled]
+        self.closers = len(samples)
+        # Per block with a GPU key, in order of first appearance: all its lines, and its kept ones.
+        self.reads = [(parsed, seq, [entry[0] for entry in seq if entry[2] is not None],
+                       [entry for entry in seq if entry[2] is not None]) for parsed, seq in reads.values()]
+
+    @staticmethod
+    def usable(lines: list[str], samples: list) -> bool:
+        """Only shapes whose other lines (comments, blank lines) hold no brace: then counting "}" proves
+        that no rest holds one."""
+        sampled = {index for index, *_rest in samples}
+        other = "".join(line for index, line in enumerate(lines) if index not in sampled)
+        return "{" not in other and "}" not in other
+
+    def fits(self, text: str, lines: list[str]) -> bool:
+        if len(lines) != self.size or text.count("}") != self.closers:
+            return False
+        other = "".join([lines[index] for index in self.plain])
+        return ("{" not in other and "}" not in other and all(map(str.startswith, lines, self.heads))
+                and all(map(str.startswith, lines, self.closes, self.offsets)))
+
+    def read(self, lines: list[str]) -> tuple[list[tuple[_Block, str | None]], list[str]]:
+        """What the scan would queue for these lines (which fit), in line order."""
+        queued: list[tuple[int, _Block, str | None, str]] = []
+        for parsed, seq, kept_at, kept in self.reads:
+            block = _Block(parsed)
+            for index, start, metric in seq:
+                rest = lines[index][start:]
+                if "{" in rest:
+                    raise _Fallback(rest)
+                queued.append((index, block, metric, rest))
+                if _SURELY_NOT_BLANK.match(rest):
+                    block.confirmed = True
+                    break
+            else:
+                continue
+            for later, start, metric in kept[bisect_right(kept_at, index):]:  # confirmed: its kept lines only
+                rest = lines[later][start:]
+                if "{" in rest:
+                    raise _Fallback(rest)
+                queued.append((later, block, metric, rest))
+        queued.sort(key=_first)
+        return [(block, metric) for _index, block, metric, _rest in queued], [entry[3] for entry in queued]
+
+
+def _first(entry: tuple) -> int:
+    return entry[0]
+
+
+_TEMPLATES: dict[str, _Template] = {}  # the text up to its first "}" -> the shape of that exporter's output
+_TEMPLATES_MAX = 4096  # ~12 KB each: a worker's nodes (an 8-GPU payload has ~430 lines)
+
+
 def _parse_lean(text: str) -> list[GpuReading]:
+    lines = text.split("\n")  # the parser splits on "\n" only
+    first_close = text.find("}")
+    key = text[:first_close + 1] if first_close >= 0 else None
+    template = _TEMPLATES.get(key) if key is not None else None
+    if template is not None and template.fits(text, lines):
+        queued, rests = template.read(lines)
+    else:
+        queued, rests, samples = _scan(lines)
+        if key is not None and _Template.usable(lines, samples):
+            if len(_TEMPLATES) >= _TEMPLATES_MAX:
+                _TEMPLATES.clear()
+            _TEMPLATES[key] = _Template(lines, samples)
+    return _build(queued, rests)
+
+
+def _scan(lines: list[str]) -> tuple[list[tuple[_Block, str | None]], list[str],
+                                      list[tuple[int, str, _LeanBlock, str | None]]]:
+    """Every line in order: (block, kept metric or None) and value text of each line to read, and what
+    _Template needs of each line with a "{"."""
     heads = _HEADS
     if len(heads) > 4096:  # heads are a few metric names; this only bounds what odd input can add
         heads.clear()
     blocks: dict[str, _LeanBlock] = {}
     queued: list[tuple[_Block, str | None]] = []  # (block, kept metric or None) per value read
     rests: list[str] = []
+    samples: list[tuple[int, str, _LeanBlock, str | None]] = []  # sample lines, for _Template
     head_brace, kind, start = "\n", _HEAD_OTHER, 0  # the last sample line's "<head>{", how to read it
     block = _LeanBlock("\n", ({}, None, (), {}))  # the first line's predecessor (links are per parse)
     predicted = _NO_BLOCK
-    for line in text.split("\n"):  # the parser splits on "\n" only
+    for index, line in enumerate(lines):
         if not line.startswith(head_brace):  # a line of another family (or no sample line)
             head, brace, _tail = line.partition("{")
             if not brace:
@@ -601,6 +712,7 @@ def _parse_lean(text: str) -> list[GpuReading]:
                 found = blocks[block_text] = _LeanBlock(block_text, parsed)
             block.next = block = found
         predicted = block.next
+        samples.append((index, head_brace, block, kind or None))
         if block.key is None or (not kind and block.confirmed):
             continue
         rest = line[end + 1:]
@@ -610,14 +722,17 @@ def _parse_lean(text: str) -> list[GpuReading]:
             block.confirmed = True
         queued.append((block, kind or None))
         rests.append(rest)
+    return queued, rests, samples
 
+
+def _build(queued: list[tuple[_Block, str | None]], rests: list[str]) -> list[GpuReading]:
     builders: dict[tuple[str, str, str], _Builder] = {}
     for (block, metric), value in zip(queued, _VALUES.values(rests), strict=True):
         if value >= _INT64_BLANK or value in _SENTINELS or value != value:  # is_blank, inlined
             continue
         builder = block.builder
         if builder is None:
-            builder = builders.get(block.key)  # type: ignore[arg-type]  (key checked above)
+            builder = builders.get(block.key)  # type: ignore[arg-type]  (only blocks with a key are read)
             if builder is None:
                 builder = builders[block.key] = _Builder(labels=block.labels, identity=block.identity)  # type: ignore[index]
             builder.see(block.labels, block.workload)

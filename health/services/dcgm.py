@@ -8,6 +8,8 @@ from datetime import datetime
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 from django.utils import timezone
 
 from core.actors import Actor
@@ -130,8 +132,26 @@ def _node_gpus(node: Node) -> list[Gpu]:
             [node.pk],
         )
         rows = cursor.fetchall()
-    names = [f.attname for f in fields]
-    return [Gpu.from_db(connection.alias, names, row) for row in rows]
+    return _gpus_from_rows([f.attname for f in fields], rows)
+
+
+def _gpus_from_rows(names: list[str], rows: Sequence[tuple]) -> list[Gpu]:
+    """Gpu instances with only `names` loaded (the rest loads on access, as with .only()). Built as
+    unpickling builds them (the fields in __dict__, a fresh ModelState): Gpu.from_db's __init__ costs
+    ~4 us a GPU, a third of a batch's store time. Through from_db whenever something listens to the
+    model's init signals, which this way would not send."""
+    alias = connection.alias
+    if pre_init.has_listeners(Gpu) or post_init.has_listeners(Gpu):
+        return [Gpu.from_db(alias, names, row) for row in rows]
+    gpus = []
+    new = Gpu.__new__
+    for row in rows:
+        gpu = new(Gpu)
+        gpu.__dict__.update(zip(names, row, strict=True))
+        state = gpu._state = ModelState()
+        state.adding, state.db = False, alias
+        gpus.append(gpu)
+    return gpus
 
 
 def _has_fault(reading: dcgm.GpuReading) -> bool:
@@ -297,7 +317,6 @@ def _nodes_gpus(pks: set[int]) -> dict[int, list[Gpu]]:
                 cursor.execute(select + f"{node_column} = ANY(%s)", [chunk])
             else:
                 cursor.execute(select + f"{node_column} IN ({', '.join(['%s'] * len(chunk))})", chunk)
-            for row in cursor.fetchall():
-                gpu = Gpu.from_db(connection.alias, names, row)
+            for gpu in _gpus_from_rows(names, cursor.fetchall()):
                 by_node.setdefault(gpu.node_id, []).append(gpu)
     return by_node

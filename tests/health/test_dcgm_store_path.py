@@ -149,3 +149,21 @@ def test_the_store_path_on_postgresql(require_postgres, node):
     assert GpuReadingMinute.objects.count() == 2
     node.refresh_from_db()
     assert node.last_heartbeat == T0 + timedelta(seconds=15)
+
+
+def test_matched_gpus_go_through_from_db_when_something_listens_to_init(node):
+    from django.db.models.signals import post_init
+
+    seen = []
+
+    def listener(sender, instance, **kwargs):
+        seen.append(instance)
+
+    post_init.connect(listener, sender=Gpu)
+    try:
+        outcome = dcgm_ingest(node=node, text=exposition(40), now=T0)
+    finally:
+        post_init.disconnect(listener, sender=Gpu)
+    assert all(any(gpu is instance for instance in seen) for gpu in outcome.matched)
+    assert outcome.matched[0].get_deferred_fields() == outcome.matched[1].get_deferred_fields()
+    assert "product" in outcome.matched[0].get_deferred_fields()
