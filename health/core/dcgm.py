@@ -564,12 +564,13 @@ class _LeanBlock(_Block):
     an exporter prints the GPUs in the same order in every family, so after the first family the next
     line's block is nearly always known and is checked in place, without slicing or hashing it."""
 
-    __slots__ = ("text", "close", "next")
+    __slots__ = ("text", "close", "next", "seq")
 
     def __init__(self, text: str, parsed: _Parsed) -> None:
         super().__init__(parsed)
         self.text = text
         self.close = text + "}"
+        self.seq: list[tuple[int, int, str | None]] = []  # (line, where its rest starts, kept metric) per line
         self.next: _LeanBlock = _NO_BLOCK
 
 
@@ -589,29 +590,21 @@ class _Template:
 
     __slots__ = ("size", "heads", "closes", "offsets", "plain", "closers", "reads")
 
-    def __init__(self, lines: list[str], samples: list[tuple[int, str, _LeanBlock, str | None]]) -> None:
-        self.size = len(lines)
-        heads, closes, offsets = [""] * self.size, [""] * self.size, array("i", bytes(4 * self.size))
-        reads: dict[int, tuple[_Parsed, list[tuple[int, int, str | None]]]] = {}
-        for index, head_brace, block, metric in samples:
-            heads[index], closes[index], offsets[index] = head_brace, block.close, len(head_brace)
-            if block.key is not None:
-                reads.setdefault(id(block), (block.parsed, []))[1].append(
-                    (index, len(head_brace) + len(block.close), metric))
-        sampled = {index for index, *_rest in samples}
-        self.heads, self.closes, self.offsets = heads, closes, offsets
-        self.plain = [index for index in range(self.size) if index not in sampled]
-        self.closers = len(samples)
+    def __init__(self, scan: _Scan) -> None:
+        self.size = len(scan.heads)
+        self.heads, self.closes, self.offsets = scan.heads, scan.closes, scan.offsets
+        self.plain = [index for index, head in enumerate(scan.heads) if not head]  # lines without a sample
+        self.closers = self.size - len(self.plain)
         # Per block with a GPU key, in order of first appearance: all its lines, and its kept ones.
-        self.reads = [(parsed, seq, [entry[0] for entry in seq if entry[2] is not None],
-                       [entry for entry in seq if entry[2] is not None]) for parsed, seq in reads.values()]
+        self.reads = [(block.parsed, block.seq, [entry[0] for entry in block.seq if entry[2] is not None],
+                       [entry for entry in block.seq if entry[2] is not None])
+                      for block in scan.blocks.values() if block.key is not None]
 
     @staticmethod
-    def usable(lines: list[str], samples: list) -> bool:
+    def usable(lines: list[str], scan: _Scan) -> bool:
         """Only shapes whose other lines (comments, blank lines) hold no brace: then counting "}" proves
         that no rest holds one."""
-        sampled = {index for index, *_rest in samples}
-        other = "".join(line for index, line in enumerate(lines) if index not in sampled)
+        other = "".join([line for line, head in zip(lines, scan.heads, strict=True) if not head])
         return "{" not in other and "}" not in other
 
     def fits(self, text: str, lines: list[str]) -> bool:
@@ -661,25 +654,34 @@ def _parse_lean(text: str) -> list[GpuReading]:
     if template is not None and template.fits(text, lines):
         queued, rests = template.read(lines)
     else:
-        queued, rests, samples = _scan(lines)
-        if key is not None and _Template.usable(lines, samples):
+        scan = _scan(lines)
+        queued, rests = scan.queued, scan.rests
+        if key is not None and _Template.usable(lines, scan):
             if len(_TEMPLATES) >= _TEMPLATES_MAX:
                 _TEMPLATES.clear()
-            _TEMPLATES[key] = _Template(lines, samples)
+            _TEMPLATES[key] = _Template(scan)
     return _build(queued, rests)
 
 
-def _scan(lines: list[str]) -> tuple[list[tuple[_Block, str | None]], list[str],
-                                      list[tuple[int, str, _LeanBlock, str | None]]]:
-    """Every line in order: (block, kept metric or None) and value text of each line to read, and what
-    _Template needs of each line with a "{"."""
+@dataclass(slots=True)
+class _Scan:
+    queued: list[tuple[_Block, str | None]]  # (block, kept metric or None) per value to read
+    rests: list[str]  # the value text of each
+    heads: list[str]  # per line: "<head>{" of a sample line, "" for any other line
+    closes: list[str]  # per line: "<block>}" of a sample line
+    offsets: array  # per line: where its block starts
+    blocks: dict[str, _LeanBlock]  # in order of first appearance
+
+
+def _scan(lines: list[str]) -> _Scan:
+    """Every line in order: what to read, and the shape of the text for _Template."""
     heads = _HEADS
     if len(heads) > 4096:  # heads are a few metric names; this only bounds what odd input can add
         heads.clear()
     blocks: dict[str, _LeanBlock] = {}
     queued: list[tuple[_Block, str | None]] = []  # (block, kept metric or None) per value read
     rests: list[str] = []
-    samples: list[tuple[int, str, _LeanBlock, str | None]] = []  # sample lines, for _Template
+    heads_at, closes_at, offsets_at = [""] * len(lines), [""] * len(lines), array("i", bytes(4 * len(lines)))
     head_brace, kind, start = "\n", _HEAD_OTHER, 0  # the last sample line's "<head>{", how to read it
     block = _LeanBlock("\n", ({}, None, (), {}))  # the first line's predecessor (links are per parse)
     predicted = _NO_BLOCK
@@ -712,8 +714,11 @@ def _scan(lines: list[str]) -> tuple[list[tuple[_Block, str | None]], list[str],
                 found = blocks[block_text] = _LeanBlock(block_text, parsed)
             block.next = block = found
         predicted = block.next
-        samples.append((index, head_brace, block, kind or None))
-        if block.key is None or (not kind and block.confirmed):
+        heads_at[index], closes_at[index], offsets_at[index] = head_brace, block.close, start
+        if block.key is None:
+            continue
+        block.seq.append((index, end + 1, kind or None))
+        if not kind and block.confirmed:
             continue
         rest = line[end + 1:]
         if "{" in rest:
@@ -722,7 +727,7 @@ def _scan(lines: list[str]) -> tuple[list[tuple[_Block, str | None]], list[str],
             block.confirmed = True
         queued.append((block, kind or None))
         rests.append(rest)
-    return queued, rests, samples
+    return _Scan(queued, rests, heads_at, closes_at, offsets_at, blocks)
 
 
 def _build(queued: list[tuple[_Block, str | None]], rests: list[str]) -> list[GpuReading]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.db import connection, transaction
 
@@ -22,9 +22,9 @@ _LATEST_FIELDS = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class ReadingRow:
-    """One GPU's (or MIG instance's) values, already matched to a GPU row."""
+class ReadingRow(NamedTuple):
+    """One GPU's (or MIG instance's) values, already matched to a GPU row. A named tuple: immutable,
+    and built in a third of a frozen dataclass's time (a scrape builds one per GPU)."""
 
     gpu_id: int
     mig_instance_id: int = WHOLE_GPU
@@ -66,7 +66,6 @@ def readings_store(*, rows: Sequence[ReadingRow], source: str, now: datetime) ->
 # 8-GPU payload building model instances and preparing every value (the ingest bench's largest cost).
 _LATEST_COLUMNS = ["gpu_id", "mig_instance_id", *_LATEST_FIELDS]
 _MINUTE_COLUMNS = ["gpu_id", "minute", "sm_active", "fb_used_mib", "temperature_c", "power_w"]
-_ROWS_PER_STATEMENT = 500  # 18 parameters a row stays under SQLite's 32,766 and PostgreSQL's 65,535
 
 
 def _conflict(update: bool) -> str:
@@ -79,8 +78,9 @@ def _conflict(update: bool) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _insert_sql(vendor: str, count: int, update: bool) -> str:
-    """INSERT ... VALUES (...) x count ... ON CONFLICT; on PostgreSQL (count 0) INSERT ... unnest(arrays),
-    one bound array per column: psycopg neither re-parses nor caches statements with over 50 values."""
+    """INSERT ... VALUES (...) x count ... ON CONFLICT (SQLite: count 1, run by executemany); on PostgreSQL
+    (count 0) INSERT ... unnest(arrays), one bound array per column: psycopg neither re-parses nor caches
+    statements with over 50 values."""
     quote = connection.ops.quote_name
     model, columns = (GpuReading, _LATEST_COLUMNS) if update else (GpuReadingMinute, _MINUTE_COLUMNS)
     names = ", ".join(quote(c) for c in columns)
@@ -158,10 +158,10 @@ def _upsert_sql(rows: Sequence[ReadingRow], source: str, now: datetime, minute: 
                 continue
             if vendor == "postgresql":
                 cursor.execute(_insert_sql(vendor, 0, update), [list(column) for column in zip(*values, strict=True)])
-                continue
-            for start in range(0, len(values), _ROWS_PER_STATEMENT):
-                chunk = values[start:start + _ROWS_PER_STATEMENT]
-                cursor.execute(_insert_sql(vendor, len(chunk), update), [v for row in chunk for v in row])
+            else:
+                # SQLite: one short statement stepped once a row; no parameter list to flatten, and
+                # Django's %s -> ? rewrite runs over one row's SQL, not 500 rows' (~0.3 ms a statement).
+                cursor.executemany(_insert_sql(vendor, 1, update), values)
 
 
 def _upsert_orm(rows: Sequence[ReadingRow], source: str, now: datetime, minute: datetime) -> None:

@@ -2,6 +2,7 @@
 scrape in a handful of statements, and the same rows through the SQL and the ORM writers."""
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -67,7 +68,8 @@ def test_a_healthy_scrape_runs_a_handful_of_statements_and_no_policy(node, monke
     monkeypatch.setattr(policy, "signals_from_reading", no_policy)
     with CaptureQueriesContext(connection) as queries:
         outcome = dcgm_ingest(node=node, text=exposition(41), now=T0 + timedelta(seconds=15))
-    statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
+    # The verb of each statement (Django logs an executemany as "<n> times: <sql>").
+    statements = [re.sub(r"^\d+ times: ", "", q["sql"]).split()[0].upper() for q in queries.captured_queries]
     # node touch, GPUs, readings upsert, minute insert (the transaction shows as savepoints in a test)
     assert [s for s in statements if s not in ("SAVEPOINT", "RELEASE")] == ["UPDATE", "SELECT", "INSERT", "INSERT"]
     assert outcome.stored == 2 and outcome.unmatched == []
