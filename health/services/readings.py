@@ -96,17 +96,19 @@ def _insert_sql(vendor: str, count: int, update: bool) -> str:
 
 @functools.lru_cache(maxsize=4)
 def _json_sql(update: bool) -> str:
-    """PostgreSQL: INSERT ... SELECT FROM json_to_recordset(one JSON parameter), the timestamps and
-    source as plain parameters. psycopg quotes arrays element by element in Python (~0.6 ms for an
-    8-GPU upsert); one JSON string costs it next to nothing."""
+    """PostgreSQL: INSERT ... SELECT FROM jsonb_array_elements(one JSON parameter: an array per row),
+    the timestamps and source as plain parameters. psycopg quotes arrays element by element in Python
+    (~0.6 ms for an 8-GPU upsert); one JSON string costs it next to nothing, and rows as arrays encode
+    in half the time of rows as objects. A number's text goes through ->> and a cast, as a literal would."""
     quote = connection.ops.quote_name
     model, columns = (GpuReading, _LATEST_COLUMNS) if update else (GpuReadingMinute, _MINUTE_COLUMNS)
     scalars = _JSON_SCALARS[update]
     fields = {f.column: f for f in model._meta.concrete_fields}
-    select = ", ".join("%s" if c in scalars else f"r.{quote(c)}" for c in columns)
-    record = ", ".join(f"{quote(c)} {fields[c].db_type(connection)}" for c in columns if c not in scalars)
+    in_row = [c for c in columns if c not in scalars]
+    select = ", ".join("%s" if c in scalars else f"(e.r->>{in_row.index(c)})::{fields[c].db_type(connection)}"
+                       for c in columns)
     return (f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(c) for c in columns)}) "
-            f"SELECT {select} FROM json_to_recordset(%s::json) AS r({record}) ON CONFLICT {_conflict(update)}")
+            f"SELECT {select} FROM jsonb_array_elements(%s::jsonb) AS e(r) ON CONFLICT {_conflict(update)}")
 
 
 _JSON_SCALARS = {True: ("at", "source"), False: ("minute",)}
@@ -122,7 +124,7 @@ def _upsert_json(latest: list[tuple], history: list[tuple]) -> bool:
         scalars = [columns.index(c) for c in _JSON_SCALARS[update]]
         keep = [i for i in range(len(columns)) if i not in scalars]
         try:
-            document = json.dumps([{columns[i]: row[i] for i in keep} for row in values], allow_nan=False)
+            document = json.dumps([[row[i] for i in keep] for row in values], allow_nan=False)
         except ValueError:
             return False
         statements.append((_json_sql(update), [values[0][i] for i in scalars] + [document]))

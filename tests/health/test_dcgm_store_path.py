@@ -123,7 +123,8 @@ def test_the_sql_writer_stores_what_the_orm_writer_stores(node, monkeypatch):
                         row_remap_pending=0, xid_last=0, health_status=0, pod="p" * 300, namespace="ns"),
              ReadingRow(gpu_id=gpus[0].pk, mig_instance_id=7, mig_profile="1g.10gb", sm_active=0.1),
              ReadingRow(gpu_id=gpus[1].pk)]
-    second = [ReadingRow(gpu_id=gpus[0].pk, sm_active=0.7, xid_last=79, pod="p" * 254),
+    second = [ReadingRow(gpu_id=gpus[0].pk, sm_active=0.30000000000000004, power_w=1.7976931348623157e308,
+                         temperature_c=1e-300, fb_used_mib=123.45678901234567, xid_last=79, pod="p" * 254),
               ReadingRow(gpu_id=gpus[1].pk, temperature_c=33.0, power_w=float("inf"))]  # no JSON form
 
     def write() -> list:
