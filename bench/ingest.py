@@ -8,15 +8,26 @@
                                                            # PostgreSQL: the bench creates that database
 
 DCGM: one exposition payload per node (8 GPUs x 43 metrics with dcgm-exporter's names and labels, pods on
-some GPUs, a blank sentinel per GPU). "GPU-samples" are GPU readings (one GPU at one scrape); metric samples
-are exposition lines. Rows: ours = health.core.dcgm.parse_exposition, in the store path's mode (only the
-families Fleetdeck reads are parsed) and with every metric; "1st scrape" starts with an empty label-block
-cache, "2nd scrape" parses the same fleet again (the steady state of a 15 s scrape); prometheus_client as
-written = parse_exposition_reference (every line through the parser unchanged); naive regex = one regex per
-line, no escapes, no sentinels, no HELP/TYPE checks (fast and wrong on edge cases).
+GPUs 0-5, GPUs 6-7 idle), scraped twice 15 s apart: the same labels and lines, values of each moment.
+Values have the shapes of the captured dumps in shared/telemetry/dcgm (see SOURCES.md there): integer
+temperatures (55-85 C busy, 25-40 idle), integer utilisation 0-100, integer FB_USED/FB_FREE MiB summing to
+81,559 (a job's memory stays put between scrapes), power with milliwatt resolution printed "%f" (8.969000),
+6-decimal profiling ratios (0.000000 on idle GPUs), integer counters, fault counters at 0 and the
+NOT_SUPPORTED blank sentinel for memory temperature. Power and busy GPUs' ratios are new every scrape, so the
+2nd scrape still parses ~14 new value texts a payload. "GPU-samples" are GPU readings (one GPU at one
+scrape); metric samples are exposition lines. Rows: ours = health.core.dcgm.parse_exposition, in the store
+path's mode (only the families Fleetdeck reads are parsed) and with every metric; "1st scrape" starts with
+empty caches (label blocks, value texts, exposition shapes), "2nd scrape" parses the second scrape after
+the first (the steady state of a 15 s scrape); prometheus_client as written = parse_exposition_reference
+(every line through the parser unchanged); naive regex = one regex per line, no escapes, no sentinels, no
+HELP/TYPE checks (fast and wrong on edge cases).
+Store (--store): health.bench_store.store_payloads, i.e. health.services.dcgm_ingest_many in batches of
+health.services.scrape.BATCH nodes, as the scrape runs it; its ms/payload is a batch's CPU time divided by
+its payloads.
 Kernel log: noise lines mixed with Xid lines in every prefix format plus near misses (SXid, _kgspLogXid119).
 ours = health.core.kernel_log.parse_lines; naive = one big regex on every line, no pre-filter.
-Times are process CPU time (time.process_time), so a busy shared machine does not distort the comparison.
+Times are process CPU time (time.process_time), so a busy shared machine does not distort the comparison;
+the database server's own CPU is not in them (PostgreSQL runs apart: see the store's wall-clock rows).
 """
 from __future__ import annotations
 
@@ -38,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from health.core import dcgm, kernel_log  # noqa: E402
 
 # Contract for the Django store path, implemented by the health app (not here):
-#   store_payloads(payloads: Sequence[tuple[str, str]], *, now: datetime) -> int
+#   store_payloads(payloads: Sequence[tuple[str, str]], *, now: datetime, latencies=None, nodes=None) -> int
 #   payloads are (node_name, exposition_text) with node names bench-0000...; the function prepares
 #   whatever rows it needs, stores every reading through the real ingest service, and returns the
 #   number of GPU readings stored.
