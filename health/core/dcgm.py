@@ -35,7 +35,7 @@ import math
 import re
 from array import array
 from bisect import bisect_right
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import prometheus_client.parser as _prom_parser
@@ -49,6 +49,7 @@ _INT32_BLANK = 0x7FFFFFF0
 _INT64_BLANK = 0x7FFFFFFFFFFFFFF0
 _FP64_BLANK = 140737488355328.0  # 2**47
 _SENTINELS = frozenset({_INT32_BLANK + i for i in range(4)} | {_FP64_BLANK + i for i in range(4)})
+_SMALLEST_SENTINEL = min(_SENTINELS)
 
 
 def is_blank(value: float) -> bool:
@@ -112,7 +113,8 @@ _FIELDS: dict[str, tuple[str, float, str]] = {
 _INT_FIELDS = frozenset(
     {"xid_last", "ecc_dbe_volatile", "row_remap_failure", "row_remap_pending", "xid_count", "health_status"}
 )
-_FIELD_SPECS = {metric: (attr, scale, attr in _INT_FIELDS) for metric, (attr, scale, _how) in _FIELDS.items()}
+# The named fields in GpuReading's order, after the identity fields (_identity's keys, in order).
+_NAMED = [(metric, scale, attr in _INT_FIELDS) for metric, (attr, scale, _how) in _FIELDS.items()]
 _KNOWN_COUNTERS_WITH_TOTAL = frozenset({"DCGM_EXP_XID_ERRORS_TOTAL", "DCGM_EXP_CLOCK_EVENTS_TOTAL"})
 
 
@@ -156,28 +158,20 @@ class _Builder:
             self.workloads.append(workload)
 
     def build(self) -> GpuReading:
-        named: dict[str, Any] = {}
         values = self.values
-        # Whichever is shorter: the store mode's few values, or the named fields among all metrics.
-        present = values.keys() if len(values) <= len(_FIELDS) else [m for m in _FIELDS if m in values]
-        for metric in present:
-            spec = _FIELD_SPECS.get(metric)
-            if spec is not None:
-                attr, scale, integral = spec
-                value = values[metric] * scale
-                named[attr] = int(value) if integral else float(value)
-        if "sm_active" not in named and "gpu_util" in named:
-            named["sm_active"] = named["gpu_util"] / 100.0
-        first = self.workloads[0] if self.workloads else (None, None, None)
-        return GpuReading(
-            **(self.identity or _identity(self.labels)),
-            namespace=first[0],
-            pod=first[1],
-            container=first[2],
-            workloads=tuple(self.workloads),
-            metrics=values,  # the builder is done with it
-            **named,
-        )
+        named: list[Any] = []
+        for metric, scale, integral in _NAMED:
+            value = values.get(metric)
+            if value is not None:
+                value = value * scale
+                value = int(value) if integral else float(value)
+            named.append(value)
+        if named[0] is None and named[1] is not None:  # no SM activity reported: utilisation stands in
+            named[0] = named[1] / 100.0
+        namespace, pod, container = self.workloads[0] if self.workloads else (None, None, None)
+        # Positional, in the dataclass's field order (checked below): a third cheaper than by keyword.
+        return GpuReading(*(self.identity or _identity(self.labels)).values(), *named, pod, namespace, container,
+                          tuple(self.workloads), values)  # the builder is done with `values`
 
 
 def _identity(labels: dict[str, str]) -> dict[str, Any]:
@@ -733,8 +727,8 @@ def _scan(lines: list[str]) -> _Scan:
 def _build(queued: list[tuple[_Block, str | None]], rests: list[str]) -> list[GpuReading]:
     builders: dict[tuple[str, str, str], _Builder] = {}
     for (block, metric), value in zip(queued, _VALUES.values(rests), strict=True):
-        if value >= _INT64_BLANK or value in _SENTINELS or value != value:  # is_blank, inlined
-            continue
+        if value != value or (value >= _SMALLEST_SENTINEL and (value >= _INT64_BLANK or value in _SENTINELS)):
+            continue  # is_blank, inlined: nearly every value is below every sentinel
         builder = block.builder
         if builder is None:
             builder = builders.get(block.key)  # type: ignore[arg-type]  (only blocks with a key are read)
@@ -749,3 +743,9 @@ def _build(queued: list[tuple[_Block, str | None]], rests: list[str]) -> list[Gp
         else:
             builder.values[metric] = value
     return [builder.build() for builder in builders.values()]
+
+
+_POSITIONAL = [*_identity({}), *(attr for attr, _scale, _how in _FIELDS.values()), "pod", "namespace", "container",
+               "workloads", "metrics"]
+if _POSITIONAL != [f.name for f in fields(GpuReading)]:  # GpuReading.build passes its fields by position
+    raise RuntimeError(f"GpuReading's fields are not in the order build() passes them: {_POSITIONAL}")
