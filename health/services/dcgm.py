@@ -253,7 +253,7 @@ def _ingest_healthy(items: Sequence[tuple[Node, list[dcgm.GpuReading]]], *, now:
     """Store healthy readings of many nodes in one transaction; None for a node that is missing or
     `unknown` (touched by nothing here: the caller sends it down the full path)."""
     with transaction.atomic():
-        live = _nodes_touch([node.pk for node, _ in items], now)
+        live = _nodes_touch(sorted({node.pk for node, _ in items}), now)
         gpus_of = _nodes_gpus(live)
         outcomes: list[DcgmOutcome | None] = []
         rows: list[ReadingRow] = []
@@ -270,8 +270,9 @@ def _ingest_healthy(items: Sequence[tuple[Node, list[dcgm.GpuReading]]], *, now:
 
 
 def _nodes_touch(pks: Sequence[int], now: datetime) -> set[int]:
-    """Set last_heartbeat of the nodes that exist and are not `unknown`, and return their ids: one
-    statement, which takes their row locks (in id order on PostgreSQL, so two batches cannot deadlock)."""
+    """Set last_heartbeat of the nodes (ids in ascending order) that exist and are not `unknown`, and
+    return their ids: one statement, which takes their row locks (in id order on PostgreSQL, so two
+    batches cannot deadlock)."""
     quote = connection.ops.quote_name
     meta = Node._meta
     table, pk = quote(meta.db_table), quote(meta.pk.column)
