@@ -76,6 +76,10 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
         "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL;",
     }
+else:
+    # Fleetdeck's queries are short: PostgreSQL's JIT compiles any plan whose estimate looks
+    # large (a young table's missing statistics are enough) and spends tens of ms doing so.
+    DATABASES["default"].setdefault("OPTIONS", {})["options"] = "-c jit=off"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -190,6 +194,10 @@ FLEETDECK = {
     # Bearer token for GET /metrics; empty means open to any client that can reach it.
     "METRICS_TOKEN": env_str("METRICS_TOKEN", ""),
     "PLACEMENT_ROUND_SECONDS": env_int("PLACEMENT_ROUND_SECONDS", 2),
+    # A round considers the first ROUND_QUEUE_DEPTH waiting workloads of each queue (in queue
+    # order), like Slurm's default_queue_depth: a deep backlog does not slow every round down.
+    # Those further back wait behind that many of their own queue; 0 considers every one.
+    "ROUND_QUEUE_DEPTH": env_int("ROUND_QUEUE_DEPTH", 16),
     # Fragmentation-aware placement keeps room for the replica shapes submitted over this many
     # days (0: plain best fit), the most frequent FRAGMENTATION_MIX_SHAPES of them.
     "FRAGMENTATION_HISTORY_DAYS": env_int("FRAGMENTATION_HISTORY_DAYS", 7),
@@ -205,6 +213,8 @@ FLEETDECK = {
     "NCCL_QUARANTINE_OFFENCES": env_int("NCCL_QUARANTINE_OFFENCES", 3),
     "NCCL_QUARANTINE_WINDOW_S": env_int("NCCL_QUARANTINE_WINDOW_S", 86400),
     "WATCHDOG_STALE_SECONDS": env_int("WATCHDOG_STALE_SECONDS", 900),
+    # An executor's plain progress steps are written at most this often per workload.
+    "PROGRESS_RECORD_SECONDS": env_int("PROGRESS_RECORD_SECONDS", 30),
     "DCGM_SCRAPE_SECONDS": env_int("DCGM_SCRAPE_SECONDS", 15),
     # Simulated DCGM telemetry for the demo's simulated nodes (health/demo_telemetry.py); rundemo
     # turns it on for its worker and beat. Never on a real fleet.

@@ -182,7 +182,16 @@ class Workload(models.Model):
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
-        indexes = [models.Index(fields=["state", "queue"], name="sched_workload_state_queue")]
+        indexes = [
+            models.Index(fields=["state", "queue"], name="sched_workload_state_queue"),
+            # Each queue's first waiting workloads per priority class, in submission order: the
+            # round reads ROUND_QUEUE_DEPTH of them per queue however deep the backlog is.
+            models.Index(
+                fields=["queue", "priority_class", "submitted_at", "id"],
+                condition=models.Q(state__in=WAITING_STATES),
+                name="sched_workload_waiting_order",
+            ),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(state__in=WorkloadState.values), name="%(app_label)s_%(class)s_state_valid"

@@ -36,7 +36,7 @@ from .engine.types import (
     Topology,
     WorkloadSpec,
 )
-from .models import Allocation, PodSet, Preemption, Queue, QueueQuota, Workload
+from .models import Allocation, PodSet, Preemption, PriorityClass, Queue, QueueQuota, Workload
 
 SHAREABLE = (SharingMode.TIME_SLICING, SharingMode.MPS)
 
@@ -52,6 +52,7 @@ class SnapshotIndex:
     # What each waiting workload's reason and message were when loaded, so the follow-up
     # writes only the ones the round changed without reading them again.
     pending_info: dict[int, tuple[str, str]] = field(default_factory=dict)  # reason, message
+    deferred: int = 0  # waiting workloads beyond ROUND_QUEUE_DEPTH in their queue, not in the snapshot
 
 
 def queue_positions(workloads: Iterable[Workload]) -> dict[int, int]:
@@ -65,13 +66,7 @@ def queue_positions(workloads: Iterable[Workload]) -> dict[int, int]:
         return {}
     ranked = (
         Workload.objects.filter(state__in=WAITING_STATES, queue_id__in=set(waiting.values()))
-        .annotate(
-            position=Window(
-                RowNumber(),
-                partition_by=[F("queue_id")],
-                order_by=[F("priority_class__value").desc(), F("submitted_at").asc(), F("pk").asc()],
-            )
-        )
+        .annotate(position=Window(RowNumber(), partition_by=[F("queue_id")], order_by=_queue_order()))
         .values_list("pk", "position")
     )
     return {pk: position for pk, position in ranked if pk in waiting}
@@ -273,11 +268,81 @@ def _pod_set_spec(row: tuple) -> PodSetSpec:
     )
 
 
-def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, tuple[ReplicaPlacement, ...]]]:
+def _queue_order() -> list:
+    """engine.ordering.queue_order_key in SQL: priority, then submission time, then id."""
+    return [F("priority_class__value").desc(), F("submitted_at").asc(), F("pk").asc()]
+
+
+def _considered(depth: int):
+    """The waiting workloads a round considers: each queue's first `depth` (0: all of them)."""
     waiting = Workload.objects.filter(state__in=WAITING_STATES)
+    if depth <= 0:
+        return waiting
+    if connection.vendor == "postgresql":
+        # Per queue and priority class, the first `depth` by submission from the partial index
+        # sched_workload_waiting_order, then the first `depth` of those per queue: a few index
+        # probes per queue instead of sorting the whole backlog every round. As an ARRAY, the
+        # ids are computed once before the outer scan (an IN may be planned as a join over
+        # the backlog when the table's statistics are young).
+        tables = _tables()
+        return waiting.extra(
+            where=[f"{tables['workload']}.id = ANY(ARRAY({_FIRST_WAITING_SQL.format(**tables)}))"],
+            params=[depth, depth],
+        )
+    rank = Window(RowNumber(), partition_by=[F("queue_id")], order_by=_queue_order())
+    return waiting.annotate(rank=rank).filter(rank__lte=depth)
+
+
+_FIRST_WAITING_SQL = """
+SELECT top.id FROM {queue} q CROSS JOIN LATERAL (
+    SELECT w.id FROM {priority} p CROSS JOIN LATERAL (
+        SELECT w.id, w.submitted_at FROM {workload} w
+        WHERE w.queue_id = q.id AND w.priority_class_id = p.id AND w.state IN ({waiting})
+        ORDER BY w.submitted_at, w.id LIMIT %s
+    ) w
+    ORDER BY p.value DESC, w.submitted_at, w.id LIMIT %s
+) top"""
+
+
+def _tables() -> dict[str, str]:
+    quote = connection.ops.quote_name
+    return {
+        "queue": quote(Queue._meta.db_table),
+        "priority": quote(PriorityClass._meta.db_table),
+        "workload": quote(Workload._meta.db_table),
+        # Literals, so the planner matches the partial index's condition.
+        "waiting": ", ".join(f"'{state}'" for state in WAITING_STATES),
+    }
+
+
+def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, tuple[ReplicaPlacement, ...]]]:
+    depth = settings.FLEETDECK.get("ROUND_QUEUE_DEPTH", 0)
+    waiting = _considered(depth)
+    rows = _raw_rows(
+        waiting.order_by("submitted_at", "pk").values_list(
+            "pk",
+            "name",
+            "queue__name",
+            "priority_class__value",
+            "priority_class__may_preempt",
+            "priority_class__preemptible",
+            "submitted_at",
+            "topology_level",
+            "topology_mode",
+            "time_limit_seconds",
+            "reserved_placements",
+            "pending_reason",
+            "pending_message",
+            "elastic_min_replicas",
+        )
+    )
+    if depth > 0 and rows:
+        index.deferred = Workload.objects.filter(state__in=WAITING_STATES).count() - len(rows)
     pod_sets: dict[int, list[PodSetSpec]] = defaultdict(list)
+    if not rows:
+        return [], {}
     ps_rows = _raw_rows(
-        PodSet.objects.filter(workload__state__in=WAITING_STATES)
+        PodSet.objects.filter(workload_id__in=[row[0] for row in rows])
         .order_by("workload_id", "pk")
         .values_list(
             "workload_id",
@@ -298,24 +363,6 @@ def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, t
         pod_sets[row[0]].append(_pod_set_spec(row))
         index.pod_sets.setdefault(row[0], {})[row[2]] = (row[1], row[7])
     specs, reservations = [], {}
-    rows = _raw_rows(
-        waiting.order_by("submitted_at", "pk").values_list(
-            "pk",
-            "name",
-            "queue__name",
-            "priority_class__value",
-            "priority_class__may_preempt",
-            "priority_class__preemptible",
-            "submitted_at",
-            "topology_level",
-            "topology_mode",
-            "time_limit_seconds",
-            "reserved_placements",
-            "pending_reason",
-            "pending_message",
-            "elastic_min_replicas",
-        )
-    )
     for (
         pk,
         name,

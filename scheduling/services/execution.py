@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -181,7 +182,8 @@ def executor_tick(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None)
                     )
                 )
             elif _progress_only(report, workload):
-                progress[workload.pk] = report.step
+                if _progress_due(workload, now):
+                    progress[workload.pk] = report.step
             else:
                 _apply(report, workload, actor, now, summary)
         summary.finished += len(workloads_finish(finishes=finishes, actor=actor, now=now))
@@ -202,6 +204,13 @@ def _progress_only(report: ExecutorReport, workload: Workload) -> bool:
         and workload.state in (WorkloadState.RUNNING, WorkloadState.PREEMPTING)
         and report.step != workload.progress_step
     )
+
+
+def _progress_due(workload: Workload, now: datetime) -> bool:
+    """A plain step is recorded at most every PROGRESS_RECORD_SECONDS per workload: each record
+    is a row write, and the watchdog only asks whether there was progress in the last 15 min."""
+    last = workload.last_progress_at
+    return last is None or (now - last).total_seconds() >= settings.FLEETDECK.get("PROGRESS_RECORD_SECONDS", 30)
 
 
 def _progress_record(steps: dict[int, int], now: datetime) -> int:

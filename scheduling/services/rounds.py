@@ -71,10 +71,12 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundRe
     t1 = time.perf_counter()
     result = schedule(snapshot)  # phase 2
     t2 = time.perf_counter()
-    report = round_commit(result=result, index=index, actor=actor, now=now)  # phase 3
+    # The decisions are as of the snapshot (`now`); what is written is stamped when it happens,
+    # so a slow round does not date admissions and starts back to before they took place.
+    report = round_commit(result=result, index=index, actor=actor, now=max(now, timezone.now()))  # phase 3
     t3 = time.perf_counter()
     if not report.skipped:
-        report.stopped_hard = _follow_up(report, result, actor, now, index)  # phase 4
+        report.stopped_hard = _follow_up(report, result, actor, max(now, timezone.now()), index)  # phase 4
     t4 = time.perf_counter()
     timings = {
         "load_ms": (t1 - t0) * 1e3,
@@ -155,7 +157,7 @@ def _claims(admitted: list[Admit], index: SnapshotIndex, waiting: dict[int, str]
 
 def round_commit(*, result: RoundResult, index: SnapshotIndex, actor: Actor, now: datetime) -> RoundReport:
     """Phase 3: apply a round's decisions in one transaction, or nothing at all."""
-    report = RoundReport(round=None, result=result, pending=len(result.pending))
+    report = RoundReport(round=None, result=result, pending=len(result.pending) + index.deferred)
     with transaction.atomic():
         if not _take_round_lock(actor, now):
             report.skipped = True

@@ -93,6 +93,17 @@ def test_an_executor_tick_ends_many_jobs_and_records_progress_in_bulk(research_q
     long.refresh_from_db()
     assert (long.state, long.progress_step, long.last_progress_at) == (WorkloadState.RUNNING, 60, clock.now)
 
+    # Plain steps are written at most every PROGRESS_RECORD_SECONDS (30 s) per workload.
+    recorded = clock.now
+    clock.advance(10)
+    assert executor_tick(now=clock.now).progressed == 0
+    long.refresh_from_db()
+    assert (long.progress_step, long.last_progress_at) == (60, recorded)
+    clock.advance(20)
+    assert executor_tick(now=clock.now).progressed == 1
+    long.refresh_from_db()
+    assert (long.progress_step, long.last_progress_at) == (90, clock.now)
+
 
 def test_rows_update_sets_each_row_its_own_values(research_queue, clock):
     ws = [workload_submit(spec=training(f"w{i}", 8), actor=EXECUTOR) for i in range(3)]

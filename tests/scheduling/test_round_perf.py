@@ -184,3 +184,19 @@ def test_queue_positions_are_the_rounds_and_stay_current_between_rounds(backlog,
     assert listed[urgent["id"]] == 1
     assert [listed[pk] for pk in backlog] == [None, 2, 3, 4]
     assert client.get(f"/api/v1/workloads/{backlog[3]}/").json()["position"] == 4
+
+
+def test_a_round_loads_exactly_each_queues_first_workloads_in_queue_order(research_queue, team_member, clock, settings):
+    """The considered set (an index walk on PostgreSQL, a window elsewhere) is each queue's first
+    ROUND_QUEUE_DEPTH by queue position, across priority classes and submission times."""
+    settings.FLEETDECK = {**settings.FLEETDECK, "ROUND_QUEUE_DEPTH": 3}
+    PriorityClass.objects.create(name="incident", value=5000, preemptible=False)
+    client = api_for(team_member)
+    for i, priority in enumerate(["research-batch", "training-prod", "research-batch", "incident", "training-prod",
+                                  "research-batch", "incident", "training-prod"]):
+        submit(client, **training(f"w-{i}", 128, priority=priority))  # never fits: all stay waiting
+        clock.advance(i % 3)
+    snapshot, index = snapshot_load(now=clock.now)
+    positions = queue_positions(Workload.objects.all())
+    assert sorted(wl.id for wl in snapshot.pending) == sorted(pk for pk, pos in positions.items() if pos <= 3)
+    assert index.deferred == 5

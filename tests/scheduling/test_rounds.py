@@ -230,9 +230,33 @@ def test_shares_of_one_gpu_never_exceed_a_whole_gpu(small, clock):
         )
         for i in range(60)
     ]
-    run_round(clock)
+    while run_round(clock).admitted:  # a round considers the queue's first ROUND_QUEUE_DEPTH
+        pass
     from django.db.models import Sum
 
     per_gpu = Allocation.objects.filter(released_at__isnull=True).values("gpu").annotate(m=Sum("milli"))
     assert per_gpu and max(row["m"] for row in per_gpu) <= 1000
     assert sum(_held(w) for w in workloads) == 16 * 3  # three 300-milli shares per GPU
+
+
+def test_a_round_considers_each_queues_first_round_queue_depth_workloads(small, clock, settings):
+    settings.FLEETDECK = {**settings.FLEETDECK, "ROUND_QUEUE_DEPTH": 2}
+    # Five one-node jobs for a two-node cluster, then a higher-priority one: it is within the
+    # depth at once (queue order is priority first), so it takes a node in the first round.
+    jobs = [_submit(training(f"job-{i}", 8, priority="research-batch")) for i in range(5)]
+    urgent = _submit(training("urgent", 8, priority="training-prod"))
+
+    report = run_round(clock)
+
+    assert {w.pk: _held(w) for w in [urgent, *jobs]} == {
+        urgent.pk: 8, jobs[0].pk: 8, jobs[1].pk: 0, jobs[2].pk: 0, jobs[3].pk: 0, jobs[4].pk: 0}
+    assert report.pending == report.round.pending == 4  # not considered, but counted as waiting
+
+    # The next round looks at the next two; the ones further back are not looked at yet.
+    clock.advance(1)
+    report = run_round(clock)
+    assert report.pending == 4 and not report.admitted
+    reasons = dict(Workload.objects.filter(pk__in=[w.pk for w in jobs[1:]]).values_list("pk", "pending_reason"))
+    assert reasons == {
+        jobs[1].pk: "INSUFFICIENT_CAPACITY", jobs[2].pk: "INSUFFICIENT_CAPACITY", jobs[3].pk: "", jobs[4].pk: ""}
+    assert queue_positions(jobs[1:]) == {jobs[1].pk: 1, jobs[2].pk: 2, jobs[3].pk: 3, jobs[4].pk: 4}
