@@ -44,6 +44,7 @@ from core.benchdb import django_setup, drop_database, scratch_database
 
 EPOCH = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
 SCRATCH_SUFFIX = "_admission_bench"
+DEFAULT_SPEEDUP = 4.0
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,11 @@ class Fixture:
     @property
     def total(self) -> int:
         return len(self.queues) * sum(c.count for c in self.classes)
+
+    @property
+    def work_gpu_seconds(self) -> float:
+        """The fixture's work in fixture GPU-seconds (what every workload runs once)."""
+        return len(self.queues) * sum(c.count * c.gpus * c.runtime_ms / 1000 for c in self.classes)
 
     def check(self) -> None:
         if self.capacity % self.node_gpus:
@@ -274,7 +280,8 @@ class Outcome:
     slow_ticks: int  # ticks whose real time exceeded the fixture time they stand for
     max_tick_ms: float
     sim_end_s: float  # fixture seconds from the start to the last workload's end
-    usage_pct: float
+    usage_pct: float  # GPUs held (allocations), like Kueue's quota usage
+    work_pct: float  # GPUs doing the fixture's work: its GPU-seconds over capacity x span
     time_to_admission_s: dict[str, float]
     preemptions: int
     requeues: int
@@ -282,9 +289,16 @@ class Outcome:
     cpu_s: float = 0.0  # this process only (PostgreSQL's own work is not in it)
 
 
-def simulate(fx: Fixture, *, submit: str = "bulk", max_ticks: int | None = None) -> Outcome:
+def simulate(
+    fx: Fixture, *, submit: str = "bulk", speedup: float | None = None, max_ticks: int | None = None
+) -> Outcome:
     """Drive the whole fixture through the services on the current database (already loaded
-    with fixture_load) and measure it."""
+    with fixture_load) and measure it.
+
+    speedup None: the stepped clock, one iteration per tick, the clock waiting for the scheduler.
+    speedup S: a real-time clock running S x faster than Kueue's fixture; each iteration submits
+    what has arrived by now (stamped with its arrival time), then one executor tick and one round,
+    so a slow round leaves finished GPUs idle and arrivals waiting, as it would in production."""
     import django.utils.timezone as dj_timezone
 
     from core.actors import Actor
@@ -292,9 +306,9 @@ def simulate(fx: Fixture, *, submit: str = "bulk", max_ticks: int | None = None)
 
     fx.check()
     arrivals = fx.arrivals(FLAVOR)
+    due_ticks = sorted(arrivals)
     total = sum(len(v) for v in arrivals.values())
-    last_arrival = max(arrivals)
-    max_ticks = max_ticks or last_arrival * 50 + 1000
+    max_ticks = max_ticks or due_ticks[-1] * 50 + 1000
     client = Actor.automation("bench-client")
     scheduler = Actor.automation("scheduler")
     submitter = submit_service if submit == "service" else BulkSubmitter()
@@ -302,21 +316,28 @@ def simulate(fx: Fixture, *, submit: str = "bulk", max_ticks: int | None = None)
     clock = SimClock(fx.at(0))
     real_now, real_trigger = dj_timezone.now, _round_trigger()
     dj_timezone.now = clock
-    # The loop runs a round every tick: the debounced Celery trigger the services fire after
+    # The loop runs a round every iteration: the debounced Celery trigger the services fire after
     # each commit would only queue more rounds (with the real clock) on the broker.
     _set_round_trigger(lambda: None)
     submitted = finished = admitted = ticks = slow = 0
     submit_s = tick_s = round_s = max_tick = 0.0
     started, cpu_started = time.perf_counter(), time.process_time()
     try:
-        tick = 0
+        tick = next_due = 0
         while True:
             t0 = time.perf_counter()
-            clock.now = now = fx.at(tick * fx.tick_ms)
-            specs = arrivals.get(tick, [])
-            if specs:
-                submitter(specs, client, now)
-                submitted += len(specs)
+            if speedup is None:
+                fixture_ms = tick * fx.tick_ms
+            else:
+                fixture_ms = (t0 - started) * 1000 * speedup
+                tick = int(fixture_ms // fx.tick_ms)
+            while next_due < len(due_ticks) and due_ticks[next_due] <= tick:
+                arrival = due_ticks[next_due]
+                clock.now = fx.at(arrival * fx.tick_ms)  # submitted_at: when the generator created it
+                submitter(arrivals[arrival], client, clock.now)
+                submitted += len(arrivals[arrival])
+                next_due += 1
+            clock.now = now = fx.at(fixture_ms)
             t1 = time.perf_counter()
             finished += executor_tick(now=now).finished
             t2 = time.perf_counter()
@@ -328,8 +349,9 @@ def simulate(fx: Fixture, *, submit: str = "bulk", max_ticks: int | None = None)
             ticks += 1
             if submitted == total and finished >= total:
                 break
-            tick += 1
-            if tick > max_ticks:
+            if speedup is None:
+                tick += 1
+            if tick > max_ticks or ticks > max_ticks:
                 raise RuntimeError(f"gave up after {tick} ticks: {finished} of {total} workloads finished")
     finally:
         dj_timezone.now = real_now
@@ -390,6 +412,7 @@ def _measure(fx, total, ticks, wall, submit_s, tick_s, round_s, slow, max_tick, 
         max_tick_ms=max_tick * 1000,
         sim_end_s=span * scale,
         usage_pct=100 * gpu_seconds / (fx.capacity * span) if span else 0.0,
+        work_pct=100 * fx.work_gpu_seconds / fx.unit_ms * 1000 / (fx.capacity * span) if span else 0.0,
         time_to_admission_s={c.name: _mean(waits.get(c.name, [])) for c in fx.classes},
         preemptions=Preemption.objects.count(),
         requeues=Workload.objects.aggregate(n=Sum("requeue_count"))["n"] or 0,
@@ -404,7 +427,13 @@ def _mean(values: list[float]) -> float:
 # --- report ---------------------------------------------------------------------------------
 
 
-def report(fx: Fixture, out: Outcome, submit: str, setup_s: float) -> str:
+MODES = {
+    "stepped": "one process, one iteration per {tick} ms of fixture time, the clock waiting for it",
+    "realtime": "one process, iterations back to back, the clock running {speedup:g}x the fixture's real time",
+}
+
+
+def report(fx: Fixture, out: Outcome, submit: str, setup_s: float, mode: str, speedup: float | None = None) -> str:
     k = KUEUE_BASELINE
     kueue_rate = 15000 / k["wall_s"]
     rate = out.admitted / out.wall_s
@@ -412,8 +441,9 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float) -> str:
         f"fixture: {len(fx.queues)} queues in {fx.cohorts} cohorts (nominal {fx.nominal}, borrowing limit "
         f"{fx.borrowing_limit}), {fx.capacity} GPUs = {fx.capacity // fx.node_gpus} nodes x {fx.node_gpus}; "
         f"{out.workloads:,} workloads (" + ", ".join(f"{c.count} {c.name}" for c in fx.classes) + " per queue)",
-        f"path: PostgreSQL, {submit} submission, executor_tick + placement_round_run every {fx.tick_ms} ms of "
-        f"fixture time (1 simulated s = {fx.unit_ms} ms); preemption: "
+        f"path: PostgreSQL, {submit} submission, workload_submit / executor_tick / placement_round_run; "
+        + MODES[mode].format(tick=fx.tick_ms, speedup=speedup or 0)
+        + f" (1 simulated s = {fx.unit_ms} ms); preemption: "
         f"{'priority (fleet-wide) + cohort reclaim' if fx.preemption else 'cohort reclaim only'}; "
         f"set-up (scratch DB, migrate, fleet) {setup_s:.1f} s, not counted",
         "",
@@ -421,29 +451,41 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float) -> str:
         f"    {'wall time (s)':34} {out.wall_s:>12.1f} {k['wall_s']:>15.1f}",
         f"    {'admissions / wall second':34} {rate:>12.0f} {kueue_rate:>15.1f}",
         f"    {'mean quota usage (%)':34} {out.usage_pct:>12.1f} {k['usage_pct']:>15.1f}",
+        f"    {'  of which running work (%)':34} {out.work_pct:>12.1f} {'-':>15}",
     ]
     for c in fx.classes:
         kv = k["time_to_admission_s"].get(c.name)
         kueue = f"{kv:>15.1f}" if kv is not None else f"{'-':>15}"
         label = f"time to admission, {c.name} (s)"
         lines.append(f"    {label:34} {out.time_to_admission_s[c.name]:>12.1f} {kueue}")
-    goal = rate >= 430 and out.usage_pct >= k["usage_pct"]
+    # The stricter usage counts: GPUs doing work, not GPUs held until a late tick notices the end.
+    goal = rate >= 430 and min(out.usage_pct, out.work_pct) >= k["usage_pct"]
     lines += [
         "",
-        f"    goal >= 430 admissions/s at >= {k['usage_pct']} % usage: {'met' if goal else 'NOT met'}",
+        f"    goal >= 430 admissions/s at >= {k['usage_pct']} % usage (the lower of the two): "
+        f"{'met' if goal else 'NOT met'}",
         f"    {out.admitted:,} admissions ({out.requeues} after a preemption; {out.preemptions} preemptions), "
         f"{out.succeeded:,} of {out.workloads:,} succeeded; fixture time to the last end {out.sim_end_s:.1f} s",
-        f"    {out.ticks} ticks: submit {out.submit_s:.1f} s + executor ticks {out.tick_s:.1f} s + rounds "
-        f"{out.round_s:.1f} s (rounds: load {out.phases_ms['load'] / 1e3:.1f} s, core "
+        f"    {out.ticks} iterations; busy: submit {out.submit_s:.1f} s, executor ticks {out.tick_s:.1f} s, rounds "
+        f"{out.round_s:.1f} s (load {out.phases_ms['load'] / 1e3:.1f} s, core "
         f"{out.phases_ms['compute'] / 1e3:.1f} s, commit {out.phases_ms['commit'] / 1e3:.1f} s, follow-up "
         f"{out.phases_ms['followup'] / 1e3:.1f} s)",
-        f"    CPU of this process {out.cpu_s:.1f} s of the {out.wall_s:.1f} s wall (the rest: PostgreSQL, "
-        "commits, other processes on the machine)",
-        f"    real-time check: {out.slow_ticks} of {out.ticks} ticks took longer than the {fx.tick_ms} ms they "
-        f"stand for (slowest {out.max_tick_ms:.0f} ms)",
-        "    (Kueue: averages of its 5 reference runs in rangespec.yaml, real time in envtest; here the clock "
-        "waits for the scheduler, so waits measure decisions and the wall time measures speed)",
+        f"    CPU of the benchmark's process {out.cpu_s:.1f} s in {out.wall_s:.1f} s of wall time (the rest: "
+        "PostgreSQL and waiting)",
     ]
+    if mode == "stepped":
+        lines += [
+            f"    real-time check: {out.slow_ticks} of {out.ticks} ticks took longer than the {fx.tick_ms} ms they "
+            f"stand for (slowest {out.max_tick_ms:.0f} ms)",
+            "    (Kueue: averages of its 5 reference runs in rangespec.yaml, real time in envtest; here the clock "
+            "waits for the scheduler, so waits measure decisions and the wall time measures speed)",
+        ]
+    else:
+        lines.append(
+            "    (Kueue: averages of its 5 reference runs in rangespec.yaml, real time in envtest. Here the clock "
+            "runs faster than real time: a slow round leaves GPUs idle and work waiting, which the running-work "
+            "usage shows)"
+        )
     return "\n".join(lines)
 
 
@@ -456,6 +498,14 @@ def main(argv: list[str] | None = None) -> int:
         choices=["bulk", "service"],
         default="bulk",
         help="bulk: one insert per tick writing workload_submit's rows; service: workload_submit each",
+    )
+    ap.add_argument("--mode", choices=sorted(MODES), default="realtime", help="; ".join(
+        f"{name}: {text}" for name, text in MODES.items()).format(tick=100, speedup=DEFAULT_SPEEDUP))
+    ap.add_argument(
+        "--speedup",
+        type=float,
+        default=DEFAULT_SPEEDUP,
+        help="realtime mode: the clock runs this many times faster than the fixture (Kueue: 1x)",
     )
     ap.add_argument("--node-gpus", type=int, default=8)
     ap.add_argument(
@@ -473,6 +523,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --workloads must be at least {len(fx.queues) * len(fx.classes)}", file=sys.stderr)
             return 2
         scale = args.workloads / fx.total
+    if args.mode != "stepped" and not 0 < args.speedup <= 1000:
+        print("error: --speedup must be in (0, 1000]", file=sys.stderr)
+        return 2
     if not 0 < scale <= 10:
         print("error: --scale must be in (0, 10]", file=sys.stderr)
         return 2
@@ -495,11 +548,11 @@ def main(argv: list[str] | None = None) -> int:
         profiler = cProfile.Profile() if args.profile else None
         if profiler:
             profiler.enable()
-        out = simulate(fx, submit=args.submit)
+        out = simulate(fx, submit=args.submit, speedup=None if args.mode == "stepped" else args.speedup)
         if profiler:
             profiler.disable()
             profiler.dump_stats(args.profile)
-        print(report(fx, out, args.submit, setup_s))
+        print(report(fx, out, args.submit, setup_s, args.mode, args.speedup))
         if profiler:
             print()
             pstats.Stats(args.profile).sort_stats("cumulative").print_stats(30)
