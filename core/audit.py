@@ -4,8 +4,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import models
+from django.utils import timezone
 
 from .actors import Actor
+from .bulk import insert_rows
 from .models import AuditEvent
 
 
@@ -47,6 +49,14 @@ def audit_record_many(
 ) -> None:
     """audit_record for many targets at once, (target, before, after) each: one INSERT, for the
     loops that change thousands of rows per tick (the executor finishing jobs)."""
-    AuditEvent.objects.bulk_create(
-        _event(actor, verb, target, reason, before, after) for target, before, after in entries
+    user = actor.user.pk if actor.user is not None and actor.user.pk else None
+    at = timezone.now()
+    insert_rows(
+        model=AuditEvent,
+        fields=["at", "user_id", "actor", "verb", "target_type", "target_id", "target_repr", "reason", "before", "after"],
+        rows=[
+            (at, user, actor.label, verb, target._meta.label_lower, str(target.pk), str(target)[:200], reason,
+             before or {}, after or {})
+            for target, before, after in entries
+        ],
     )

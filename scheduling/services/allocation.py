@@ -153,7 +153,7 @@ def _insert(rows: list[tuple]) -> None:
     create tens of thousands of rows and Django's per-value preparation dominated the commit."""
     from django.utils import timezone
 
-    from .bulk import insert_rows
+    from core.bulk import insert_rows
 
     now = timezone.now()
     insert_rows(

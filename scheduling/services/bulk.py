@@ -94,21 +94,3 @@ def by_ids(queryset: models.QuerySet, ids: Sequence[int]) -> list[models.QuerySe
         table = connection.ops.quote_name(queryset.model._meta.db_table)
         return [queryset.extra(where=[f"{table}.id = ANY(%s)"], params=[ids])]
     return [queryset.filter(pk__in=ids[start : start + CHUNK]) for start in range(0, len(ids), CHUNK)]
-
-
-def insert_rows(*, model: type[models.Model], fields: Sequence[str], rows: Sequence[tuple]) -> None:
-    """Insert plain rows (tuples in `fields` order); on PostgreSQL one INSERT ... unnest(arrays)."""
-    if not rows:
-        return
-    if connection.vendor != "postgresql":
-        model.objects.bulk_create([model(**dict(zip(fields, row, strict=True))) for row in rows], batch_size=2000)
-        return
-    columns = [model._meta.get_field(name) for name in fields]
-    arrays = [[row[i] for row in rows] for i in range(len(fields))]
-    casts = ", ".join(f"%s::{col.db_type(connection)}[]" for col in columns)
-    names = ", ".join(connection.ops.quote_name(col.column) for col in columns)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({names}) SELECT * FROM unnest({casts})",
-            arrays,
-        )

@@ -51,7 +51,7 @@ def transitions_record_bulk(*, changes: Sequence[tuple[int, str]], to_state: str
     For the placement round, which claims thousands of workloads with one UPDATE."""
     from django.utils import timezone
 
-    from .bulk import insert_rows
+    from core.bulk import insert_rows
 
     at = timezone.now()
     insert_rows(

@@ -1,0 +1,29 @@
+"""Plain multi-row inserts for the hot write paths (audit events, transitions, allocations)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from django.db import connection, models
+
+
+def insert_rows(*, model: type[models.Model], fields: Sequence[str], rows: Sequence[tuple]) -> None:
+    """Insert plain rows (tuples in `fields` order); on PostgreSQL one INSERT ... unnest(arrays)."""
+    if not rows:
+        return
+    if connection.vendor != "postgresql":
+        model.objects.bulk_create([model(**dict(zip(fields, row, strict=True))) for row in rows], batch_size=2000)
+        return
+    columns = [model._meta.get_field(name) for name in fields]
+    arrays = [[row[i] for row in rows] for i in range(len(fields))]
+    for i, col in enumerate(columns):
+        if isinstance(col, models.JSONField):  # as the field would write them, one text per value
+            arrays[i] = [json.dumps(value, cls=col.encoder) for value in arrays[i]]
+    casts = ", ".join(f"%s::{col.db_type(connection)}[]" for col in columns)
+    names = ", ".join(connection.ops.quote_name(col.column) for col in columns)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({names}) SELECT * FROM unnest({casts})",
+            arrays,
+        )
