@@ -230,21 +230,29 @@ class BulkSubmitter:
         from django.db import transaction
 
         from core.audit import audit_record_many
+        from core.bulk import insert_rows
         from scheduling.choices import WorkloadState
-        from scheduling.models import PodSet, Workload, WorkloadTransition
+        from scheduling.models import PodSet, Workload
+        from scheduling.services.transitions import transitions_record_bulk
 
         drafts = [self._draft(spec) for spec in specs]
         with transaction.atomic():
             user = actor.user if actor.user is not None and actor.user.pk else None
             workloads = Workload.objects.bulk_create(d.workload_row(submitted_by=user, now=now) for d in drafts)
-            PodSet.objects.bulk_create(
-                row for w, d in zip(workloads, drafts, strict=True) for row in d.pod_set_rows(w)
+            # Rows without ids to return go in as plain rows, one INSERT each.
+            fields = [f.attname for f in PodSet._meta.concrete_fields if not f.primary_key]
+            insert_rows(
+                model=PodSet,
+                fields=fields,
+                rows=[
+                    tuple(getattr(row, name) for name in fields)
+                    for w, d in zip(workloads, drafts, strict=True)
+                    for row in d.pod_set_rows(w)
+                ],
             )
-            WorkloadTransition.objects.bulk_create(
-                WorkloadTransition(
-                    workload=w, from_state="", to_state=WorkloadState.PENDING, reason="submitted", actor=actor.label
-                )
-                for w in workloads
+            transitions_record_bulk(
+                changes=[(w.pk, "") for w in workloads], to_state=WorkloadState.PENDING, reason="submitted",
+                actor=actor,
             )
             audit_record_many(
                 actor=actor,
@@ -257,13 +265,30 @@ class BulkSubmitter:
 
 
 class SimClock:
-    """Stands in for django.utils.timezone.now while the benchmark runs (like the tests' Clock)."""
+    """Stands in for django.utils.timezone.now while the benchmark runs (like the tests' Clock).
 
-    def __init__(self, now: datetime) -> None:
-        self.now = now
+    Stepped: `now` is set by the loop. Real time (speedup S): fixture time runs S x faster than
+    the wall clock since `started` (time.time(), the same in every process), so what a service
+    stamps is when it happened; `pin` holds it still while a late arrival is submitted."""
+
+    def __init__(self, now: datetime, *, fx: Fixture | None = None, speedup: float | None = None,
+                 started: float | None = None) -> None:
+        self.now, self.fx, self.speedup = now, fx, speedup
+        self.started = time.time() if started is None else started
+        self.pin: datetime | None = None
+
+    def fixture_ms(self) -> float:
+        return (time.time() - self.started) * 1000 * self.speedup
+
+    def sleep_until(self, fixture_ms: float) -> None:
+        ahead = (fixture_ms - self.fixture_ms()) / 1000 / self.speedup
+        if ahead > 0:
+            time.sleep(ahead)
 
     def __call__(self) -> datetime:
-        return self.now
+        if self.pin is not None or self.speedup is None:
+            return self.pin or self.now
+        return self.fx.at(self.fixture_ms())
 
 
 @dataclass
@@ -286,80 +311,166 @@ class Outcome:
     preemptions: int
     requeues: int
     phases_ms: dict[str, float]
-    cpu_s: float = 0.0  # this process only (PostgreSQL's own work is not in it)
+    cpu_s: float = 0.0  # the benchmark's process(es) only (PostgreSQL's own work is not in it)
+
+
+class _Run:
+    """What a run's loops share: the fixture, the clock patched into Django, the counters."""
+
+    def __init__(self, fx: Fixture, submit: str, clock: SimClock) -> None:
+        from core.actors import Actor
+
+        fx.check()
+        self.fx, self.clock = fx, clock
+        self.arrivals = fx.arrivals(FLAVOR)
+        self.due = sorted(self.arrivals)
+        self.total = sum(len(v) for v in self.arrivals.values())
+        self.client = Actor.automation("bench-client")
+        self.scheduler = Actor.automation("scheduler")
+        self.submitter = submit_service if submit == "service" else BulkSubmitter()
+        self.submitted = self.finished = self.admitted = self.ticks = self.slow = 0
+        self.submit_s = self.tick_s = self.round_s = self.max_tick = 0.0
+
+    def submit_due(self, tick: int, next_due: int) -> int:
+        """Submit every arrival up to `tick` from due[next_due:], each stamped with its arrival time."""
+        while next_due < len(self.due) and self.due[next_due] <= tick:
+            arrival = self.due[next_due]
+            t0 = time.perf_counter()
+            self.clock.pin = self.fx.at(arrival * self.fx.tick_ms)  # when the generator created them
+            try:
+                self.submitter(self.arrivals[arrival], self.client, self.clock.pin)
+            finally:
+                self.clock.pin = None
+            self.submit_s += time.perf_counter() - t0
+            self.submitted += len(self.arrivals[arrival])
+            next_due += 1
+        return next_due
+
+    def schedule(self) -> None:
+        """One executor tick, then one placement round, each at the clock's time when it starts."""
+        from scheduling.services import executor_tick, placement_round_run
+
+        t1 = time.perf_counter()
+        self.finished += executor_tick(now=self.clock()).finished
+        t2 = time.perf_counter()
+        self.admitted += len(placement_round_run(actor=self.scheduler, now=self.clock()).admitted)
+        t3 = time.perf_counter()
+        self.tick_s, self.round_s = self.tick_s + t2 - t1, self.round_s + t3 - t2
+        self.ticks += 1
 
 
 def simulate(
     fx: Fixture, *, submit: str = "bulk", speedup: float | None = None, max_ticks: int | None = None
 ) -> Outcome:
     """Drive the whole fixture through the services on the current database (already loaded
-    with fixture_load) and measure it.
+    with fixture_load) and measure it, in one process.
 
     speedup None: the stepped clock, one iteration per tick, the clock waiting for the scheduler.
     speedup S: a real-time clock running S x faster than Kueue's fixture; each iteration submits
     what has arrived by now (stamped with its arrival time), then one executor tick and one round,
     so a slow round leaves finished GPUs idle and arrivals waiting, as it would in production."""
-    import django.utils.timezone as dj_timezone
-
-    from core.actors import Actor
-    from scheduling.services import executor_tick, placement_round_run
-
-    fx.check()
-    arrivals = fx.arrivals(FLAVOR)
-    due_ticks = sorted(arrivals)
-    total = sum(len(v) for v in arrivals.values())
-    max_ticks = max_ticks or due_ticks[-1] * 50 + 1000
-    client = Actor.automation("bench-client")
-    scheduler = Actor.automation("scheduler")
-    submitter = submit_service if submit == "service" else BulkSubmitter()
-
-    clock = SimClock(fx.at(0))
-    real_now, real_trigger = dj_timezone.now, _round_trigger()
-    dj_timezone.now = clock
-    # The loop runs a round every iteration: the debounced Celery trigger the services fire after
-    # each commit would only queue more rounds (with the real clock) on the broker.
-    _set_round_trigger(lambda: None)
-    submitted = finished = admitted = ticks = slow = 0
-    submit_s = tick_s = round_s = max_tick = 0.0
+    clock = SimClock(fx.at(0), fx=fx, speedup=speedup)
+    run = _Run(fx, submit, clock)
+    max_ticks = max_ticks or run.due[-1] * 50 + 1000
     started, cpu_started = time.perf_counter(), time.process_time()
-    try:
+    with _patched(clock):
         tick = next_due = 0
         while True:
             t0 = time.perf_counter()
             if speedup is None:
-                fixture_ms = tick * fx.tick_ms
+                clock.now = fx.at(tick * fx.tick_ms)
             else:
-                fixture_ms = (t0 - started) * 1000 * speedup
-                tick = int(fixture_ms // fx.tick_ms)
-            while next_due < len(due_ticks) and due_ticks[next_due] <= tick:
-                arrival = due_ticks[next_due]
-                clock.now = fx.at(arrival * fx.tick_ms)  # submitted_at: when the generator created it
-                submitter(arrivals[arrival], client, clock.now)
-                submitted += len(arrivals[arrival])
-                next_due += 1
-            clock.now = now = fx.at(fixture_ms)
-            t1 = time.perf_counter()
-            finished += executor_tick(now=now).finished
-            t2 = time.perf_counter()
-            admitted += len(placement_round_run(actor=scheduler, now=now).admitted)
-            t3 = time.perf_counter()
-            submit_s, tick_s, round_s = submit_s + t1 - t0, tick_s + t2 - t1, round_s + t3 - t2
-            max_tick = max(max_tick, t3 - t0)
-            slow += (t3 - t0) * 1000 > fx.tick_ms
-            ticks += 1
-            if submitted == total and finished >= total:
+                tick = int(clock.fixture_ms() // fx.tick_ms)
+            next_due = run.submit_due(tick, next_due)
+            run.schedule()
+            run.max_tick = max(run.max_tick, time.perf_counter() - t0)
+            run.slow += (time.perf_counter() - t0) * 1000 > fx.tick_ms
+            if run.submitted == run.total and run.finished >= run.total:
                 break
             if speedup is None:
                 tick += 1
-            if tick > max_ticks or ticks > max_ticks:
-                raise RuntimeError(f"gave up after {tick} ticks: {finished} of {total} workloads finished")
-    finally:
-        dj_timezone.now = real_now
-        _set_round_trigger(real_trigger)
+            if tick > max_ticks or run.ticks > max_ticks:
+                raise RuntimeError(f"gave up after {tick} ticks: {run.finished} of {run.total} workloads finished")
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-    out = _measure(fx, total, ticks, wall, submit_s, tick_s, round_s, slow, max_tick, admitted)
+    out = _measure(fx, run.total, run.ticks, wall, run.submit_s, run.tick_s, run.round_s, run.slow,
+                   run.max_tick, run.admitted)
     out.cpu_s = cpu
     return out
+
+
+def _submit_process(fx: Fixture, submit: str, started: float, speedup: float, results) -> None:
+    """The API's side of a concurrent run: each tick's arrivals submitted when they arrive."""
+    from django.db import connections
+
+    clock = SimClock(fx.at(0), fx=fx, speedup=speedup, started=started)
+    cpu = time.process_time()
+    try:
+        with _patched(clock):
+            run = _Run(fx, submit, clock)
+            for i, tick in enumerate(run.due):
+                clock.sleep_until(tick * fx.tick_ms)
+                run.submit_due(tick, i)
+        results.put({"submit_s": run.submit_s, "submitted": run.submitted, "cpu_s": time.process_time() - cpu})
+    finally:
+        connections.close_all()
+
+
+def simulate_concurrent(fx: Fixture, *, speedup: float, submit: str = "bulk") -> Outcome:
+    """Real time, with submissions in a process of their own (the web API in production, the
+    generator in Kueue's benchmark) and executor ticks + rounds back to back in this one (the
+    Celery worker)."""
+    import multiprocessing
+
+    from django.db import connections
+
+    connections.close_all()  # the forked process opens its own connection
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    started = time.time()
+    clock = SimClock(fx.at(0), fx=fx, speedup=speedup, started=started)
+    run = _Run(fx, submit, clock)
+    proc = ctx.Process(target=_submit_process, args=(fx, submit, started, speedup, results), name="submit")
+    proc.start()
+    cpu_started = time.process_time()
+    try:
+        with _patched(clock):
+            while run.finished < run.total:
+                begun = clock.fixture_ms()
+                run.schedule()
+                clock.sleep_until(begun + fx.tick_ms)  # at most one iteration per tick when idle
+                if not proc.is_alive() and proc.exitcode:
+                    raise RuntimeError(f"the submitting process failed (exit {proc.exitcode})")
+        submitted = results.get(timeout=60)
+        proc.join()
+    finally:
+        if proc.is_alive():
+            proc.kill()
+    wall = time.time() - started
+    out = _measure(fx, run.total, run.ticks, wall, submitted["submit_s"], run.tick_s, run.round_s, 0, 0.0,
+                   run.admitted)
+    out.cpu_s = time.process_time() - cpu_started + submitted["cpu_s"]
+    return out
+
+
+class _patched:
+    """Django's clock is `clock` and the services' debounced round trigger does nothing (the
+    loops run the rounds) for the duration of the block."""
+
+    def __init__(self, clock: SimClock) -> None:
+        self.clock = clock
+
+    def __enter__(self) -> None:
+        import django.utils.timezone as dj_timezone
+
+        self.saved = dj_timezone.now, _round_trigger()
+        dj_timezone.now = self.clock
+        _set_round_trigger(lambda: None)
+
+    def __exit__(self, *exc) -> None:
+        import django.utils.timezone as dj_timezone
+
+        dj_timezone.now, trigger = self.saved
+        _set_round_trigger(trigger)
 
 
 def _round_trigger():
@@ -430,6 +541,8 @@ def _mean(values: list[float]) -> float:
 MODES = {
     "stepped": "one process, one iteration per {tick} ms of fixture time, the clock waiting for it",
     "realtime": "one process, iterations back to back, the clock running {speedup:g}x the fixture's real time",
+    "concurrent": "submissions in a process of their own (the web API's part), executor ticks and rounds back "
+    "to back in another (the Celery worker's), the clock running {speedup:g}x the fixture's real time",
 }
 
 
@@ -470,7 +583,7 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float, mode: str, sp
         f"{out.round_s:.1f} s (load {out.phases_ms['load'] / 1e3:.1f} s, core "
         f"{out.phases_ms['compute'] / 1e3:.1f} s, commit {out.phases_ms['commit'] / 1e3:.1f} s, follow-up "
         f"{out.phases_ms['followup'] / 1e3:.1f} s)",
-        f"    CPU of the benchmark's process {out.cpu_s:.1f} s in {out.wall_s:.1f} s of wall time (the rest: "
+        f"    CPU of the benchmark's process(es) {out.cpu_s:.1f} s in {out.wall_s:.1f} s of wall time (the rest: "
         "PostgreSQL and waiting)",
     ]
     if mode == "stepped":
@@ -505,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
         "--speedup",
         type=float,
         default=DEFAULT_SPEEDUP,
-        help="realtime mode: the clock runs this many times faster than the fixture (Kueue: 1x)",
+        help="realtime and concurrent modes: the clock runs this many times faster than the fixture (Kueue: 1x)",
     )
     ap.add_argument("--node-gpus", type=int, default=8)
     ap.add_argument(
@@ -548,7 +661,10 @@ def main(argv: list[str] | None = None) -> int:
         profiler = cProfile.Profile() if args.profile else None
         if profiler:
             profiler.enable()
-        out = simulate(fx, submit=args.submit, speedup=None if args.mode == "stepped" else args.speedup)
+        if args.mode == "concurrent":
+            out = simulate_concurrent(fx, speedup=args.speedup, submit=args.submit)
+        else:
+            out = simulate(fx, submit=args.submit, speedup=None if args.mode == "stepped" else args.speedup)
         if profiler:
             profiler.disable()
             profiler.dump_stats(args.profile)

@@ -16,6 +16,7 @@ from scheduling.bench_admission import (
     WorkloadClass,
     fixture_load,
     simulate,
+    simulate_concurrent,
     submit_service,
 )
 from scheduling.choices import WorkloadState
@@ -192,6 +193,36 @@ def test_the_benchmark_loop_runs_a_small_fixture_to_the_end(db, submit):
     # 80 GPUs; 4 large gangs of 20 arrive together at 500 ms: each waits at most for the others.
     assert 0 < out.usage_pct <= 100 and out.sim_end_s >= 2.0
     assert not Workload.objects.exclude(state=WorkloadState.SUCCEEDED).exists()
+
+
+def _arrivals_by_name() -> dict[str, object]:
+    return {spec["name"]: SMALL.at(tick * SMALL.tick_ms) for tick, specs in SMALL.arrivals(FLAVOR).items()
+            for spec in specs}
+
+
+def _check_real_time_run(out) -> None:
+    assert out.succeeded == 32 and out.admitted >= 32
+    # Each workload carries the time it arrived, however late its loop got to it, and was
+    # admitted and ended no earlier than that.
+    rows = Workload.objects.values_list("name", "submitted_at", "admitted_at", "finished_at")
+    arrived = _arrivals_by_name()
+    assert {name: submitted for name, submitted, _a, _f in rows} == arrived
+    assert all(submitted <= admitted <= finished for _n, submitted, admitted, finished in rows)
+    # GPUs doing work never exceed GPUs held.
+    assert 0 < out.work_pct <= out.usage_pct + 1e-6 <= 100 + 1e-6
+
+
+def test_the_real_time_loop_stamps_arrivals_and_runs_the_fixture_to_the_end(db):
+    fixture_load(SMALL)
+
+    _check_real_time_run(simulate(SMALL, speedup=20.0))
+
+
+@pytest.mark.postgres
+def test_the_concurrent_run_submits_from_another_process(transactional_db, require_postgres):
+    fixture_load(SMALL)
+
+    _check_real_time_run(simulate_concurrent(SMALL, speedup=20.0))
 
 
 class _NoMemoRound(Round):
