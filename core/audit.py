@@ -53,7 +53,9 @@ def audit_record_many(
     at = timezone.now()
     insert_rows(
         model=AuditEvent,
-        fields=["at", "user_id", "actor", "verb", "target_type", "target_id", "target_repr", "reason", "before", "after"],
+        fields=[
+            "at", "user_id", "actor", "verb", "target_type", "target_id", "target_repr", "reason", "before", "after"
+        ],
         rows=[
             (at, user, actor.label, verb, target._meta.label_lower, str(target.pk), str(target)[:200], reason,
              before or {}, after or {})
