@@ -184,10 +184,11 @@ def condition_record(
     return event, True
 
 
-def condition_resolve(*, node: Node, kind: str, now: datetime, source: str | None = None) -> int:
-    """The node's unresolved `kind` events (of `source`, when given) are over: it answers again.
-    Returns how many were resolved."""
-    events = HealthEvent.objects.filter(node=node, kind=kind, resolved_at__isnull=True)
+def condition_resolve(*, node: Node | Sequence[Node], kind: str, now: datetime, source: str | None = None) -> int:
+    """The node's (or nodes') unresolved `kind` events (of `source`, when given) are over: it
+    answers again. One statement for any number of nodes. Returns how many were resolved."""
+    nodes = [node] if isinstance(node, Node) else list(node)
+    events = HealthEvent.objects.filter(node__in=nodes, kind=kind, resolved_at__isnull=True)
     if source is not None:
         events = events.filter(source=source)
     return events.update(resolved_at=now, last_seen=now)

@@ -19,10 +19,9 @@ from django.db import transaction
 
 from fleet.models import Node
 from health.choices import EventKind, EventSource, Severity
-from health.models import HealthEvent
 
 from .dcgm import dcgm_ingest_many
-from .events import condition_record
+from .events import condition_record, condition_resolve
 
 log = logging.getLogger(__name__)
 MAX_BYTES = 5 * 1024 * 1024
@@ -94,9 +93,7 @@ def exporters_scrape(
                     errors[node.name] = result
                 else:
                     scraped.append(node)
-            # condition_resolve for the batch's good scrapes, in one statement.
-            HealthEvent.objects.filter(node__in=scraped, kind=EventKind.SCRAPE_FAILED, source=EventSource.DCGM,
-                                       resolved_at__isnull=True).update(resolved_at=now, last_seen=now)
+            condition_resolve(node=scraped, kind=EventKind.SCRAPE_FAILED, source=EventSource.DCGM, now=now)
             outcome.scraped += [node.name for node in scraped]
             for node in nodes[start:start + BATCH]:
                 if node.name in errors:
