@@ -347,6 +347,16 @@ class _Block:
         self.confirmed = False  # a line with a value that cannot be blank has been queued
 
 
+def _builder_of(block: _Block, builders: dict[tuple[str, str, str], _Builder]) -> _Builder:
+    """The GPU's builder for a block's first sample (created on first sight), remembered on the block."""
+    builder = builders.get(block.key)  # type: ignore[arg-type]  (callers skip blocks without a key)
+    if builder is None:
+        builder = builders[block.key] = _Builder(labels=block.labels, identity=block.identity)  # type: ignore[index]
+    builder.see(block.labels, block.workload)
+    block.builder = builder
+    return builder
+
+
 @functools.lru_cache(maxsize=16384)
 def _parse_block(block: str) -> _Parsed | None:
     """Labels, GPU key, workload and identity fields of a label block; None where cutting the block out of a line
@@ -455,11 +465,7 @@ def _parse_fast(text: str, keep: frozenset[str] | None) -> list[GpuReading]:
                 if builder is None:
                     if block.key is None:
                         continue
-                    builder = builders.get(block.key)
-                    if builder is None:
-                        builder = builders[block.key] = _Builder(labels=block.labels, identity=block.identity)
-                    builder.see(block.labels, block.workload)
-                    block.builder = builder
+                    builder = _builder_of(block, builders)
                 if everything:
                     metric = _metric_name(family, sample.name)
                 elif metric is None:
@@ -731,11 +737,7 @@ def _build(queued: list[tuple[_Block, str | None]], rests: list[str]) -> list[Gp
             continue  # is_blank, inlined: nearly every value is below every sentinel
         builder = block.builder
         if builder is None:
-            builder = builders.get(block.key)  # type: ignore[arg-type]  (only blocks with a key are read)
-            if builder is None:
-                builder = builders[block.key] = _Builder(labels=block.labels, identity=block.identity)  # type: ignore[index]
-            builder.see(block.labels, block.workload)
-            block.builder = builder
+            builder = _builder_of(block, builders)  # only blocks with a key are read here
         if metric is None:
             continue
         if metric in _HOW:
