@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db.models import Avg, Case, CharField, Count, F, Max, Q, QuerySet, Sum, Value, When, Window
-from django.db.models.functions import RowNumber, TruncHour
+from django.db.models import Avg, Case, CharField, Count, F, Max, Q, QuerySet, Sum, Value, When
+from django.db.models.functions import TruncHour
 from django.http import Http404
 from django.utils import timezone
 
@@ -37,6 +37,7 @@ from scheduling.models import (
     Team,
     Workload,
 )
+from scheduling.selectors import queue_positions
 
 from .usage import Key, QuotaLine, Usage, compute_usage, pod_set_gpus, projected_nominal_sum
 
@@ -323,21 +324,10 @@ def usage_history(*, queue_ids, since: dt.datetime) -> dict[int, list[HourPoint]
 def team_workloads(team: Team, *, recent_finished: int = 20) -> list[Workload]:
     """The team's waiting and running workloads (waiting ones with their place in their queue),
     then the most recently finished ones. Three queries plus one for pod sets."""
-    positions = dict(
-        Workload.objects.waiting()
-        .filter(queue__team=team)
-        .annotate(
-            position=Window(
-                RowNumber(),
-                partition_by=[F("queue_id")],
-                order_by=[F("priority_class__value").desc(), F("submitted_at").asc(), F("id").asc()],
-            )
-        )
-        .values_list("id", "position")
-    )
     base = Workload.objects.filter(team=team).select_related("queue", "priority_class").prefetch_related("pod_sets")
     live = list(base.filter(state__in=[*WAITING_STATES, *ACTIVE_STATES]))
     done = list(base.filter(state__in=FINAL_STATES)[:recent_finished])
+    positions = queue_positions(live)
     for workload in live + done:
         workload.position = positions.get(workload.pk)
         workload.state_color = WORKLOAD_STATE_COLORS.get(workload.state, "#616161")
