@@ -52,6 +52,7 @@ class SnapshotIndex:
     # What each waiting workload's reason and message were when loaded, so the follow-up
     # writes only the ones the round changed without reading them again.
     pending_info: dict[int, tuple[str, str]] = field(default_factory=dict)  # reason, message
+    names: dict[int, str] = field(default_factory=dict)  # of the waiting workloads loaded
     deferred: int = 0  # waiting workloads beyond ROUND_QUEUE_DEPTH in their queue, not in the snapshot
 
 
@@ -380,6 +381,7 @@ def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, t
         elastic_min,
     ) in rows:
         index.pending_info[pk] = (reason, message)
+        index.names[pk] = name
         if pk not in pod_sets:
             continue
         specs.append(

@@ -171,7 +171,7 @@ def round_commit(*, result: RoundResult, index: SnapshotIndex, actor: Actor, now
         _mark_admitted(placed, waiting, result, actor, now)
         report.dropped = stale + dropped
         by_id = {a.workload_id: a for a in result.admitted}
-        report.admitted = [(wid, "", placements_to_json(by_id[wid].placements)) for wid in placed]
+        report.admitted = [(wid, index.names.get(wid, ""), placements_to_json(by_id[wid].placements)) for wid in placed]
         report.preempted = _start_preemptions(result, actor, now)
         _save_reservations(result, placed)
         audit_target = SchedulerLock.objects.get(name=ROUND_LOCK)
@@ -299,7 +299,5 @@ def _follow_up(report: RoundReport, result: RoundResult, actor: Actor, now: date
     from .execution import preemption_deadlines_enforce, workloads_start
 
     pending_info_save(result, loaded=index.pending_info)
-    names = dict(Workload.objects.filter(pk__in=[a[0] for a in report.admitted][:5000]).values_list("pk", "name"))
-    report.admitted = [(wid, names.get(wid, ""), placements) for wid, _, placements in report.admitted]
     workloads_start(actor=Actor.automation("executor"), now=now, workload_ids=[a[0] for a in report.admitted])
     return preemption_deadlines_enforce(actor=actor, now=now)
