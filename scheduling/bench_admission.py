@@ -12,18 +12,26 @@ than one queue, so it is off unless --priority-preemption is given.
 Here the fleet holds exactly the nominal quotas (30 x 20 = 600 GPUs: 75 nodes x 8, one flavor),
 and every workload goes through PostgreSQL and the services the product runs:
 `workload_submit` (or a bulk insert writing the same rows), `executor_tick` with the simulated
-executor, and `placement_round_run`. Time is simulated, never slept: the services take `now`,
-and `django.utils.timezone.now` returns the same clock, so auto timestamps agree with it.
+executor, and `placement_round_run`; `django.utils.timezone.now` is the benchmark's clock, so
+auto timestamps agree with it.
 
 The simulated executor counts whole seconds (Workload.run_seconds), so the clock is dilated:
 one simulated second stands for `unit_ms` (100) milliseconds of Kueue's fixture; every duration
 (arrival intervals, run times, the tick) is scaled by the same factor, and the times reported
-are converted back to the fixture's scale. Every tick (100 ms of fixture time) submits that
-tick's arrivals, runs one executor tick, then one placement round.
+are converted back to the fixture's scale.
 
-Because the clock waits for the scheduler, simulated waits measure decisions, not latency;
-the scheduler's speed shows in the wall time, in admissions per wall second, and in how many
-ticks took longer in real time than the fixture time they stand for.
+Modes (--mode):
+- concurrent (default): real time S x faster than the fixture (--speedup, 4). Submissions come
+  from a process of their own at their arrival times (the web API; Kueue's generator); executor
+  ticks and rounds run back to back in this one (the Celery worker). A slow round leaves
+  finished GPUs idle and arrivals waiting, exactly as it would in production, so the usage
+  measures speed too.
+- realtime: the same clock, everything in one process (arrivals submitted late keep their
+  arrival time).
+- stepped: one iteration per tick (100 ms of fixture time), the clock waiting for it: waits
+  measure decisions, not latency, and the wall time measures speed.
+Usage is reported twice: GPUs held by allocations (Kueue's quota usage) and GPUs running the
+fixture's work (its GPU-seconds over capacity x span, which a late executor tick cannot inflate).
 
 It never touches the database in DATABASE_URL: it creates (and afterwards drops) a scratch
 database `<name>_admission_bench` on the same server. Run it through `bench/admission.py`."""
