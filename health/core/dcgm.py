@@ -33,10 +33,11 @@ from __future__ import annotations
 import functools
 import math
 import re
-from array import array
 from bisect import bisect_right
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 import prometheus_client.parser as _prom_parser
 
@@ -159,19 +160,24 @@ class _Builder:
 
     def build(self) -> GpuReading:
         values = self.values
-        named: list[Any] = []
-        for metric, scale, integral in _NAMED:
-            value = values.get(metric)
-            if value is not None:
-                value = value * scale
-                value = int(value) if integral else float(value)
-            named.append(value)
-        if named[0] is None and named[1] is not None:  # no SM activity reported: utilisation stands in
-            named[0] = named[1] / 100.0
+        named = _named([values.get(metric) for metric, _scale, _integral in _NAMED])
         namespace, pod, container = self.workloads[0] if self.workloads else (None, None, None)
         # Positional, in the dataclass's field order (checked below): a third cheaper than by keyword.
         return GpuReading(*(self.identity or _identity(self.labels)).values(), *named, pod, namespace, container,
                           tuple(self.workloads), values)  # the builder is done with `values`
+
+
+def _named(raw: Sequence[float | None]) -> list[Any]:
+    """The named fields (GpuReading's order) from their metrics' values (None: not reported)."""
+    named: list[Any] = []
+    for (_metric, scale, integral), value in zip(_NAMED, raw, strict=True):
+        if value is not None:
+            value = value * scale
+            value = int(value) if integral else float(value)
+        named.append(value)
+    if named[0] is None and named[1] is not None:  # no SM activity reported: utilisation stands in
+        named[0] = named[1] / 100.0
+    return named
 
 
 def _identity(labels: dict[str, str]) -> dict[str, Any]:
@@ -570,7 +576,7 @@ class _LeanBlock(_Block):
         super().__init__(parsed)
         self.text = text
         self.close = text + "}"
-        self.seq: list[tuple[int, int, str | None]] = []  # (line, where its rest starts, kept metric) per line
+        self.seq: list[tuple[int, str | None]] = []  # (sample line number, kept metric) per line
         self.next: _LeanBlock = _NO_BLOCK
 
 
@@ -581,95 +587,199 @@ _NO_BLOCK.text = "\n"  # in no line
 class _Template:
     """The shape of an exposition the lean scan read without falling back. An exporter prints the same
     lines every scrape with new values, so the next payload of that node is checked against the shape
-    with a few C-speed passes, and only the lines the scan would read are touched: each block's lines
-    until one confirms it, then its kept lines. The check is exact: the same number of lines; each
-    sample line starts with the same "<head>{" and has the same "<block>}" right after it; every "}"
-    of the text is one of those (so no rest holds one, and the block still runs to the line's last
-    "}"); the other lines hold no brace. Every line then splits into the head, block and rest the scan
-    would cut, and the head and block decide everything the scan does besides the value texts."""
+    in one C-speed pass: the text cut at every "}" and its value text ("}" up to the next "{", "}" or
+    newline) is the template's text cut the same way, piece for piece, with other value texts. Then every
+    line is the same line (comments too) with another rest, free of braces and newlines (so the first
+    "{" and the block's end are where they were), and the head and block decide everything the scan does
+    besides the value texts.
+    Only shapes whose every "}" closes a sample line's block and whose value texts hold no "{" are kept."""
 
-    __slots__ = ("size", "heads", "closes", "offsets", "plain", "closers", "reads")
+    __slots__ = ("skeleton", "reads", "plan")
 
-    def __init__(self, scan: _Scan) -> None:
-        self.size = len(scan.heads)
-        self.heads, self.closes, self.offsets = scan.heads, scan.closes, scan.offsets
-        self.plain = [index for index, head in enumerate(scan.heads) if not head]  # lines without a sample
-        self.closers = self.size - len(self.plain)
+    def __init__(self, skeleton: list[str], scan: _Scan) -> None:
+        self.skeleton = skeleton
         # Per block with a GPU key, in order of first appearance: all its lines, and its kept ones.
-        self.reads = [(block.parsed, block.seq, [entry[0] for entry in block.seq if entry[2] is not None],
-                       [entry for entry in block.seq if entry[2] is not None])
+        self.reads = [(block.parsed, block.seq, [entry[0] for entry in block.seq if entry[1] is not None],
+                       [entry for entry in block.seq if entry[1] is not None])
                       for block in scan.blocks.values() if block.key is not None]
+        self.plan = _Plan.of(self.reads)
 
-    @staticmethod
-    def usable(lines: list[str], scan: _Scan) -> bool:
-        """Only shapes whose other lines (comments, blank lines) hold no brace: then counting "}" proves
-        that no rest holds one."""
-        other = "".join([line for line, head in zip(lines, scan.heads, strict=True) if not head])
-        return "{" not in other and "}" not in other
+    @classmethod
+    def of(cls, text: str, scan: _Scan) -> _Template | None:
+        """The text's shape, where the cut pieces line up with its lines: one "}" a sample line (its
+        block's), and every value text runs to the end of its line (holds no "{")."""
+        skeleton = _RESTS.split(text)[0::2]
+        if len(skeleton) != scan.samples + 1 or not all(piece[:1] == "\n" for piece in skeleton[1:-1]):
+            return None
+        if skeleton[-1][:1] not in ("\n", ""):
+            return None
+        return cls(skeleton, scan)
 
-    def fits(self, text: str, lines: list[str]) -> bool:
-        if len(lines) != self.size or text.count("}") != self.closers:
-            return False
-        other = "".join([lines[index] for index in self.plain])
-        return ("{" not in other and "}" not in other and all(map(str.startswith, lines, self.heads))
-                and all(map(str.startswith, lines, self.closes, self.offsets)))
+    def rests(self, text: str) -> list[str] | None:
+        """The value text of each sample line, in order; None when the text is not of this shape."""
+        pieces = _RESTS.split(text)
+        if pieces[0::2] != self.skeleton:
+            return None
+        return pieces[1::2]
 
-    def read(self, lines: list[str]) -> tuple[list[tuple[_Block, str | None]], list[str]]:
-        """What the scan would queue for these lines (which fit), in line order."""
+    def read(self, rests: list[str]) -> tuple[list[tuple[_Block, str | None]], list[str]]:
+        """What the scan would queue for these value texts (of the shape's lines), in line order."""
         queued: list[tuple[int, _Block, str | None, str]] = []
         for parsed, seq, kept_at, kept in self.reads:
             block = _Block(parsed)
-            for index, start, metric in seq:
-                rest = lines[index][start:]
-                if "{" in rest:
-                    raise _Fallback(rest)
-                queued.append((index, block, metric, rest))
+            for number, metric in seq:
+                rest = rests[number]
+                queued.append((number, block, metric, rest))
                 if _SURELY_NOT_BLANK.match(rest):
                     block.confirmed = True
                     break
             else:
                 continue
-            for later, start, metric in kept[bisect_right(kept_at, index):]:  # confirmed: its kept lines only
-                rest = lines[later][start:]
-                if "{" in rest:
-                    raise _Fallback(rest)
-                queued.append((later, block, metric, rest))
+            for later, metric in kept[bisect_right(kept_at, number):]:  # confirmed: its kept lines only
+                queued.append((later, block, metric, rests[later]))
         queued.sort(key=_first)
-        return [(block, metric) for _index, block, metric, _rest in queued], [entry[3] for entry in queued]
+        return [(block, metric) for _number, block, metric, _rest in queued], [entry[3] for entry in queued]
+
+
+_RESTS = re.compile(r"\}([^{}\n]*)")  # a block's "}" and the value text after it
 
 
 def _first(entry: tuple) -> int:
     return entry[0]
 
 
+def _getter(positions: Sequence[int]) -> Callable[[Sequence[Any]], tuple]:
+    """itemgetter that always returns a tuple (itemgetter of one position returns the item)."""
+    if not positions:
+        return lambda items: ()
+    if len(positions) == 1:
+        only = positions[0]
+        return lambda items: (items[only],)
+    return itemgetter(*positions)
+
+
+class _Plan:
+    """How a shape reads when each GPU block's first line has a value that cannot be blank (every
+    steady scrape: the first family is a clock or a count) and no kept value is blank: the scan then
+    reads the same lines every time and creates the same GPUs in the same order with the same labels,
+    so which value lands in which field is worked out once. `values` of the read texts (one
+    prometheus_client value each, through the memo) then only need placing. Built only where each GPU
+    has at most one line of each summed or maxed family (those then read like "last")."""
+
+    __slots__ = ("texts", "confirms", "frames", "named", "metrics")
+
+    def __init__(self, numbers: list[int], confirms: list[int], frames: list[tuple[tuple, tuple, tuple]],
+                 named: list[list[int]], metrics: list[tuple[list[str], list[int]]]) -> None:
+        self.texts = _getter(numbers)  # the value texts to read, from all sample lines' value texts
+        self.confirms = _getter(confirms)  # of those, each block's first (it must surely not be blank)
+        self.frames = frames  # per GPU: identity fields, (pod, namespace, container), workloads
+        self.named = [_getter(positions) for positions in named]  # per GPU: its named metrics' values
+        self.metrics = [(names, _getter(positions)) for names, positions in metrics]  # per GPU: `metrics`
+
+    @classmethod
+    def of(cls, reads: list[tuple[_Parsed, list, list[int], list]]) -> _Plan | None:
+        entries: list[tuple[int, int, str | None]] = []  # (line number, block, kept metric) in line order
+        for block_index, (_parsed, seq, kept_at, kept) in enumerate(reads):
+            first, metric = seq[0]
+            entries.append((first, block_index, metric))
+            entries += [(later, block_index, metric) for later, metric in kept[bisect_right(kept_at, first):]]
+        if not entries:
+            return None
+        entries.sort(key=_first)
+        # The GPUs as _build creates them: each block's first line is read first and is not blank.
+        builders: dict[tuple[str, str, str], _Builder] = {}
+        blocks = [_Block(parsed) for parsed, _seq, _kept_at, _kept in reads]
+        for _number, block_index, _metric in entries:
+            block = blocks[block_index]
+            if block.builder is None:
+                _builder_of(block, builders)
+        gpus = list(builders.values())
+        slot = {id(builder): i for i, builder in enumerate(gpus)}
+        puts: list[list[tuple[str, int]]] = [[] for _ in gpus]  # per GPU: (metric, position) as put
+        for position, (_number, block_index, metric) in enumerate(entries):
+            if metric is not None:
+                puts[slot[id(blocks[block_index].builder)]].append((metric, position))
+        none = len(entries)  # `values` gets a None after the read values: a field no line reported
+        named, metrics = [], []
+        for gpu_puts in puts:
+            last = {metric: position for metric, position in gpu_puts}
+            if any(sum(1 for m, _p in gpu_puts if m == metric) > 1 for metric in _HOW):
+                return None
+            named.append([last.get(metric, none) for metric, _scale, _integral in _NAMED])
+            metrics.append(([m for m, _p in gpu_puts], [p for _m, p in gpu_puts]))
+        frames = []
+        for builder in gpus:
+            reading = builder.build()  # the builder has no values yet: identity, workload and workloads
+            frames.append((tuple((builder.identity or _identity(builder.labels)).values()),
+                           (reading.pod, reading.namespace, reading.container), reading.workloads))
+        firsts = {}
+        for position, (_number, block_index, _metric) in enumerate(entries):
+            firsts.setdefault(block_index, position)
+        return cls([entry[0] for entry in entries], list(firsts.values()), frames, named, metrics)
+
+    def values(self, rests: list[str]) -> list[Any] | None:
+        """The read values (then a None), or None where this plan does not hold for these value texts."""
+        texts = self.texts(rests)
+        if not all(map(_SURELY_NOT_BLANK.match, self.confirms(texts))):
+            return None
+        values: list[Any] = _VALUES.values(list(texts))
+        # No blank: none is a sentinel or above (max), none is NaN (a NaN makes the sum NaN).
+        total = sum(values)
+        if max(values) >= _SMALLEST_SENTINEL or total != total:
+            return None
+        values.append(None)
+        return values
+
+    def readings(self, values: list[Any]) -> list[GpuReading]:
+        return [GpuReading(*identity, *_named(named(values)), *workload, workloads,
+                           dict(zip(names, get(values), strict=True)))
+                for (identity, workload, workloads), named, (names, get)
+                in zip(self.frames, self.named, self.metrics, strict=True)]
+
+    def store_readings(self, values: list[Any]) -> list[StoreReading]:
+        return [_new(StoreReading, (*identity[:5], *_named(named(values)), workload[0], workload[1]))
+                for (identity, workload, _workloads), named in zip(self.frames, self.named, strict=True)]
+
+
 _TEMPLATES: dict[str, _Template] = {}  # the text up to its first "}" -> the shape of that exporter's output
 _TEMPLATES_MAX = 4096  # ~12 KB each: a worker's nodes (an 8-GPU payload has ~430 lines)
 
 
-def _parse_lean(text: str) -> list[GpuReading]:
-    lines = text.split("\n")  # the parser splits on "\n" only
+def _template_values(text: str) -> tuple[_Template | None, list[str] | None, list[Any] | None]:
+    """The text's shape (None: not seen), its value texts (None: not of the shape) and the shape's
+    plan's values for them (None: the plan does not hold)."""
     first_close = text.find("}")
-    key = text[:first_close + 1] if first_close >= 0 else None
-    template = _TEMPLATES.get(key) if key is not None else None
-    if template is not None and template.fits(text, lines):
-        queued, rests = template.read(lines)
-    else:
-        scan = _scan(lines)
-        queued, rests = scan.queued, scan.rests
-        if key is not None and _Template.usable(lines, scan):
-            if len(_TEMPLATES) >= _TEMPLATES_MAX:
-                _TEMPLATES.clear()
-            _TEMPLATES[key] = _Template(scan)
-    return _build(queued, rests)
+    template = _TEMPLATES.get(text[:first_close + 1]) if first_close >= 0 else None
+    if template is None:
+        return None, None, None
+    rests = template.rests(text)
+    if rests is None or template.plan is None:
+        return template, rests, None
+    return template, rests, template.plan.values(rests)
+
+
+def _parse_lean(text: str) -> list[GpuReading]:
+    template, rests, values = _template_values(text)
+    if values is not None:
+        return template.plan.readings(values)  # type: ignore[union-attr]  (values come from the plan)
+    if rests is not None:
+        return _build(*template.read(rests))  # type: ignore[union-attr]
+    lines = text.split("\n")  # the parser splits on "\n" only
+    scan = _scan(lines)
+    first_close = text.find("}")
+    template = _Template.of(text, scan) if first_close >= 0 else None
+    if template is not None:
+        if len(_TEMPLATES) >= _TEMPLATES_MAX:
+            _TEMPLATES.clear()
+        _TEMPLATES[text[:first_close + 1]] = template
+    return _build(scan.queued, scan.rests)
 
 
 @dataclass(slots=True)
 class _Scan:
     queued: list[tuple[_Block, str | None]]  # (block, kept metric or None) per value to read
     rests: list[str]  # the value text of each
-    heads: list[str]  # per line: "<head>{" of a sample line, "" for any other line
-    closes: list[str]  # per line: "<block>}" of a sample line
-    offsets: array  # per line: where its block starts
+    samples: int  # lines with a label block
     blocks: dict[str, _LeanBlock]  # in order of first appearance
 
 
@@ -681,11 +791,11 @@ def _scan(lines: list[str]) -> _Scan:
     blocks: dict[str, _LeanBlock] = {}
     queued: list[tuple[_Block, str | None]] = []  # (block, kept metric or None) per value read
     rests: list[str] = []
-    heads_at, closes_at, offsets_at = [""] * len(lines), [""] * len(lines), array("i", bytes(4 * len(lines)))
+    samples = 0
     head_brace, kind, start = "\n", _HEAD_OTHER, 0  # the last sample line's "<head>{", how to read it
     block = _LeanBlock("\n", ({}, None, (), {}))  # the first line's predecessor (links are per parse)
     predicted = _NO_BLOCK
-    for index, line in enumerate(lines):
+    for line in lines:
         if not line.startswith(head_brace):  # a line of another family (or no sample line)
             head, brace, _tail = line.partition("{")
             if not brace:
@@ -714,10 +824,10 @@ def _scan(lines: list[str]) -> _Scan:
                 found = blocks[block_text] = _LeanBlock(block_text, parsed)
             block.next = block = found
         predicted = block.next
-        heads_at[index], closes_at[index], offsets_at[index] = head_brace, block.close, start
+        samples += 1
         if block.key is None:
             continue
-        block.seq.append((index, end + 1, kind or None))
+        block.seq.append((samples - 1, kind or None))
         if not kind and block.confirmed:
             continue
         rest = line[end + 1:]
@@ -727,7 +837,7 @@ def _scan(lines: list[str]) -> _Scan:
             block.confirmed = True
         queued.append((block, kind or None))
         rests.append(rest)
-    return _Scan(queued, rests, heads_at, closes_at, offsets_at, blocks)
+    return _Scan(queued, rests, samples, blocks)
 
 
 def _build(queued: list[tuple[_Block, str | None]], rests: list[str]) -> list[GpuReading]:
@@ -747,7 +857,59 @@ def _build(queued: list[tuple[_Block, str | None]], rests: list[str]) -> list[Gp
     return [builder.build() for builder in builders.values()]
 
 
+# --- store readings -----------------------------------------------------------------------------------
+
+
+class StoreReading(NamedTuple):
+    """What storing a GPU's reading needs (matching, the stored fields, the fault counters): GpuReading's
+    fields of those names, without building one."""
+
+    uuid: str | None
+    gpu_index: int | None
+    hostname: str | None
+    mig_profile: str | None
+    mig_instance_id: int | None
+    sm_active: float | None
+    gpu_util: float | None
+    fb_used_mib: float | None
+    fb_free_mib: float | None
+    temperature_c: float | None
+    power_w: float | None
+    xid_last: int | None
+    ecc_dbe_volatile: int | None
+    row_remap_failure: int | None
+    row_remap_pending: int | None
+    xid_count: int | None
+    health_status: int | None
+    pod: str | None
+    namespace: str | None
+
+    @classmethod
+    def of(cls, reading: GpuReading) -> StoreReading:
+        return cls._make(map(reading.__getattribute__, cls._fields))
+
+
+_new = tuple.__new__  # a named tuple from an iterable without _make's length check (the plan's are exact)
+
+
+def parse_for_store(text: str | bytes) -> list[StoreReading]:
+    """parse_exposition(text, all_metrics=False) as StoreReadings: the same GPUs in the same order with
+    the same values. A steady scrape of a known shape builds them straight from the read values."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    try:
+        template, _rests, values = _template_values(text)
+    except (_Fallback, ValueError, IndexError, KeyError, TypeError):
+        values = None  # parse_exposition decides (and names a refused line as it does)
+    if values is not None:
+        return template.plan.store_readings(values)  # type: ignore[union-attr]  (values come from the plan)
+    return [StoreReading.of(reading) for reading in parse_exposition(text, all_metrics=False)]
+
+
 _POSITIONAL = [*_identity({}), *(attr for attr, _scale, _how in _FIELDS.values()), "pod", "namespace", "container",
                "workloads", "metrics"]
 if _POSITIONAL != [f.name for f in fields(GpuReading)]:  # GpuReading.build passes its fields by position
     raise RuntimeError(f"GpuReading's fields are not in the order build() passes them: {_POSITIONAL}")
+if list(StoreReading._fields) != [*_POSITIONAL[:5], *(attr for attr, _scale, _how in _FIELDS.values()), "pod",
+                                  "namespace"]:  # the plan builds store readings by position
+    raise RuntimeError("StoreReading's fields are not GpuReading's identity, named fields, pod and namespace")
