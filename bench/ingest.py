@@ -27,11 +27,14 @@ its payloads.
 Kernel log: noise lines mixed with Xid lines in every prefix format plus near misses (SXid, _kgspLogXid119).
 ours = health.core.kernel_log.parse_lines; naive = one big regex on every line, no pre-filter.
 Times are process CPU time (time.process_time), so a busy shared machine does not distort the comparison;
-the database server's own CPU is not in them (PostgreSQL runs apart: see the store's wall-clock rows).
+the database server's own CPU is not in them (PostgreSQL runs apart: see the store's wall-clock rows). Each
+timed store run starts after a full garbage collection (what the setup and the previous run left is not
+collected inside it); the collector stays on, so the store path's own collections are timed.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import random
@@ -351,6 +354,7 @@ def bench_store(scrapes: Scrapes) -> int:
     for scrape, name in ((1, "1st scrape"), (2, "2nd scrape")):
         if scrape == 1:
             dcgm.clear_caches()
+        gc.collect()  # the setup's and the last run's garbage is not this run's (the collector stays on)
         latencies: list[float] = []
         started = time.process_time()
         wall = time.perf_counter()

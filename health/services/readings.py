@@ -139,19 +139,17 @@ def _upsert_sql(rows: Sequence[ReadingRow], source: str, now: datetime, minute: 
     at = connection.ops.adapt_datetimefield_value(now)
     minute_value = connection.ops.adapt_datetimefield_value(minute)
     # PostgreSQL refuses to update one row twice in a statement; the last reading of a GPU wins.
-    latest = [
-        (r.gpu_id, r.mig_instance_id, r.mig_profile, at, source, r.sm_active, r.gpu_util, r.fb_used_mib,
-         r.fb_free_mib, r.temperature_c, r.power_w, r.ecc_dbe_volatile, r.row_remap_failure, r.row_remap_pending,
-         r.xid_last, r.health_status, r.pod[:253], r.namespace[:253])
-        for r in {(r.gpu_id, r.mig_instance_id): r for r in rows}.values()
-    ]
+    # _LATEST_COLUMNS' order: ReadingRow's first three fields, at, source, its values (by slice: a row is
+    # built per GPU per scrape), pod and namespace (checked below).
+    latest = [(*r[:3], at, source, *r[3:14], r[14][:253], r[15][:253])
+              for r in {r[:2]: r for r in rows}.values()]
     history = []
     seen: set[int] = set()
     for r in rows:
-        if r.mig_instance_id == WHOLE_GPU and r.gpu_id not in seen:
+        if r[1] == WHOLE_GPU and r[0] not in seen:  # mig_instance_id, gpu_id
             # The first reading of a minute wins: a 15 s scrape leaves one history row per minute.
-            seen.add(r.gpu_id)
-            history.append((r.gpu_id, minute_value, r.sm_active, r.fb_used_mib, r.temperature_c, r.power_w))
+            seen.add(r[0])
+            history.append((r[0], minute_value, r.sm_active, r.fb_used_mib, r.temperature_c, r.power_w))
     if vendor == "postgresql" and _upsert_json(latest, history):
         return
     with connection.cursor() as cursor:
@@ -164,6 +162,10 @@ def _upsert_sql(rows: Sequence[ReadingRow], source: str, now: datetime, minute: 
                 # SQLite: one short statement stepped once a row; no parameter list to flatten, and
                 # Django's %s -> ? rewrite runs over one row's SQL, not 500 rows' (~0.3 ms a statement).
                 cursor.executemany(_insert_sql(vendor, 1, update), values)
+
+
+if [*ReadingRow._fields[:3], "at", "source", *ReadingRow._fields[3:]] != _LATEST_COLUMNS[:2] + _LATEST_FIELDS:
+    raise RuntimeError("ReadingRow's fields are not in _LATEST_COLUMNS' order (_upsert_sql builds rows by slice)")
 
 
 def _upsert_orm(rows: Sequence[ReadingRow], source: str, now: datetime, minute: datetime) -> None:
