@@ -587,17 +587,20 @@ _NO_BLOCK.text = "\n"  # in no line
 class _Template:
     """The shape of an exposition the lean scan read without falling back. An exporter prints the same
     lines every scrape with new values, so the next payload of that node is checked against the shape
-    in one C-speed pass: the text cut at every "}" and its value text ("}" up to the next "{", "}" or
-    newline) is the template's text cut the same way, piece for piece, with other value texts. Then every
+    in C-speed passes: the value text after each "}" (up to the next "{", "}" or newline) is found, one a
+    "}", and the template's text with these value texts in place of its own is the text. Then every
     line is the same line (comments too) with another rest, free of braces and newlines (so the first
     "{" and the block's end are where they were), and the head and block decide everything the scan does
     besides the value texts.
     Only shapes whose every "}" closes a sample line's block and whose value texts hold no "{" are kept."""
 
-    __slots__ = ("skeleton", "reads", "plan")
+    __slots__ = ("size", "parts", "reads", "plan")
 
     def __init__(self, skeleton: list[str], scan: _Scan) -> None:
-        self.skeleton = skeleton
+        self.size = len(skeleton) - 1  # value texts
+        # The text again: its skeleton's pieces, each with the "}" after it, around the value texts.
+        self.parts: list[str] = [""] * (2 * len(skeleton) - 1)
+        self.parts[0::2] = [piece + "}" for piece in skeleton[:-1]] + skeleton[-1:]
         # Per block with a GPU key, in order of first appearance: all its lines, and its kept ones.
         self.reads = [(block.parsed, block.seq, [entry[0] for entry in block.seq if entry[1] is not None],
                        [entry for entry in block.seq if entry[1] is not None])
@@ -617,10 +620,12 @@ class _Template:
 
     def rests(self, text: str) -> list[str] | None:
         """The value text of each sample line, in order; None when the text is not of this shape."""
-        pieces = _RESTS.split(text)
-        if pieces[0::2] != self.skeleton:
+        rests = _RESTS.findall(text)  # one a "}"
+        if len(rests) != self.size:
             return None
-        return pieces[1::2]
+        parts = self.parts.copy()
+        parts[1::2] = rests
+        return rests if "".join(parts) == text else None
 
     def read(self, rests: list[str]) -> tuple[list[tuple[_Block, str | None]], list[str]]:
         """What the scan would queue for these value texts (of the shape's lines), in line order."""
