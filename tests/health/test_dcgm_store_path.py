@@ -70,8 +70,10 @@ def test_a_healthy_scrape_runs_a_handful_of_statements_and_no_policy(node, monke
         outcome = dcgm_ingest(node=node, text=exposition(41), now=T0 + timedelta(seconds=15))
     # The verb of each statement (Django logs an executemany as "<n> times: <sql>").
     statements = [re.sub(r"^\d+ times: ", "", q["sql"]).split()[0].upper() for q in queries.captured_queries]
-    # node touch, GPUs, readings upsert, minute insert (the transaction shows as savepoints in a test)
-    assert [s for s in statements if s not in ("SAVEPOINT", "RELEASE")] == ["UPDATE", "SELECT", "INSERT", "INSERT"]
+    # node touch, GPUs, readings update (SQLite; an upsert on PostgreSQL), minute insert (the transaction
+    # shows as savepoints in a test)
+    latest = "INSERT" if connection.vendor == "postgresql" else "UPDATE"
+    assert [s for s in statements if s not in ("SAVEPOINT", "RELEASE")] == ["UPDATE", "SELECT", latest, "INSERT"]
     assert outcome.stored == 2 and outcome.unmatched == []
 
 
@@ -170,3 +172,22 @@ def test_matched_gpus_go_through_from_db_when_something_listens_to_init(node):
     assert all(any(gpu is instance for instance in seen) for gpu in outcome.matched)
     assert outcome.matched[0].get_deferred_fields() == outcome.matched[1].get_deferred_fields()
     assert "product" in outcome.matched[0].get_deferred_fields()
+
+
+def test_latest_rows_some_of_which_are_new_are_all_written(node):
+    """SQLite updates the latest rows by their key first; a GPU (or MIG instance) without its row yet
+    sends the batch through the upsert, which writes every row."""
+    gpu_a, gpu_b = node.gpus.order_by("index")
+    readings_store(rows=[ReadingRow(gpu_id=gpu_a.pk, temperature_c=40.0)], source="dcgm", now=T0)
+    readings_store(rows=[ReadingRow(gpu_id=gpu_a.pk, temperature_c=41.0), ReadingRow(gpu_id=gpu_b.pk, pod="p"),
+                         ReadingRow(gpu_id=gpu_b.pk, mig_instance_id=3, mig_profile="1g.10gb", power_w=9.5)],
+                   source="agent", now=T0 + timedelta(seconds=15))
+    readings_store(rows=[ReadingRow(gpu_id=gpu_a.pk, temperature_c=42.0), ReadingRow(gpu_id=gpu_b.pk, pod="q")],
+                   source="dcgm", now=T0 + timedelta(seconds=30))
+    rows = GpuReading.objects.order_by("gpu__index", "mig_instance_id").values_list(
+        "gpu__index", "mig_instance_id", "mig_profile", "source", "at", "temperature_c", "power_w", "pod")
+    assert list(rows) == [
+        (0, WHOLE_GPU, "", "dcgm", T0 + timedelta(seconds=30), 42.0, None, ""),
+        (1, WHOLE_GPU, "", "dcgm", T0 + timedelta(seconds=30), None, None, "q"),
+        (1, 3, "1g.10gb", "agent", T0 + timedelta(seconds=15), None, 9.5, ""),
+    ]
