@@ -518,24 +518,21 @@ class _ValueMemo:
         self.old: dict[str, float] = {}
 
     def values(self, texts: list[str]) -> list[float]:
-        found: list[Any] = list(map(self.young.get, texts))
+        young = self.young
+        found: list[Any] = list(map(young.get, texts))
         if None not in found:
             return found
-        young, old = self.young, self.old
-        missing: dict[str, list[int]] = {}
-        for i, value in enumerate(found):
+        old = self.old
+        new = []
+        for text in set(texts).difference(young):  # the few texts not in use lately, by C-speed set work
+            value = old.get(text)
             if value is None:
-                text = texts[i]
-                value = old.get(text)
-                if value is None:
-                    missing.setdefault(text, []).append(i)
-                else:
-                    young[text] = found[i] = value
-        if missing:
-            for text, value in zip(missing, _parse_values(list(missing)), strict=True):
+                new.append(text)
+            else:
                 young[text] = value
-                for i in missing[text]:
-                    found[i] = value
+        if new:
+            young.update(zip(new, _parse_values(new), strict=True))
+        found = list(map(young.get, texts))
         if len(young) > _VALUES_PER_GENERATION:
             self.old, self.young = young, {}
         return found
