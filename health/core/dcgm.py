@@ -12,6 +12,12 @@ Public API:
     parse_exposition_reference(text, *, all_metrics=True)
                         the same readings with every line through prometheus_client as written
                         (~30x slower); the fast path is tested and benchmarked against it
+    parse_for_store(text: str | bytes) -> list[StoreReading]
+                        parse_exposition(text, all_metrics=False) as StoreReadings (what storing, matching
+                        and the fault check read), the same values; a steady scrape of a known shape
+                        (see "the lean path") is placed straight into them, no GpuReading built
+    StoreReading        named tuple: GpuReading's identity fields up to mig_instance_id, its named
+                        fields, pod and namespace
     FIELD_METRICS       the metric families behind GpuReading's named fields
     clear_caches()      forget the label blocks (16,384 at most), value texts (65,536 at most) and
                         exposition shapes (4,096 at most) this process has seen
@@ -495,7 +501,8 @@ def _parse_fast(text: str, keep: frozenset[str] | None) -> list[GpuReading]:
 # and profiling ratios are mostly new each scrape.
 #
 # The next scrape of the same exporter is checked against the last one's shape (_Template) instead of
-# being scanned line by line.
+# being scanned line by line; when each GPU block's first value surely is not blank and no read value
+# is blank, the shape's _Plan places the values into fields without builders.
 #
 # It reads exactly the lines _parse_fast gives prometheus_client in store mode, in the same order, with
 # the same blank-sentinel rule; a line _parse_fast would give as written (no legacy name before the
