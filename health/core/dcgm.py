@@ -907,11 +907,13 @@ def parse_for_store(text: str | bytes) -> list[StoreReading]:
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     try:
-        template, _rests, values = _template_values(text)
+        template, rests, values = _template_values(text)
+        if values is not None:
+            return template.plan.store_readings(values)  # type: ignore[union-attr]  (values come from the plan)
+        if rests is not None:  # the shape, read as _parse_lean reads it (without cutting the text again)
+            return [StoreReading.of(reading) for reading in _build(*template.read(rests))]  # type: ignore[union-attr]
     except (_Fallback, ValueError, IndexError, KeyError, TypeError):
-        values = None  # parse_exposition decides (and names a refused line as it does)
-    if values is not None:
-        return template.plan.store_readings(values)  # type: ignore[union-attr]  (values come from the plan)
+        pass  # parse_exposition decides (and names a refused line as it does)
     return [StoreReading.of(reading) for reading in parse_exposition(text, all_metrics=False)]
 
 

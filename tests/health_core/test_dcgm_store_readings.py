@@ -87,15 +87,20 @@ def test_a_steady_rescrape_is_read_by_the_plan_like_the_reference(monkeypatch):
         same(parse_for_store(text.encode()), as_store(expected))
 
 
-def test_pods_sharing_a_gpu_read_the_same_without_a_plan():
+def test_pods_sharing_a_gpu_read_the_same_without_a_plan(monkeypatch):
     """Both pods' lines report the summed and maxed families: the plan, which places one value a field,
-    is not made, and the general reading combines them."""
+    is not made, and the general reading combines them (parse_for_store reads the shape's value texts
+    once: it does not go round through parse_exposition)."""
     rng = random.Random(4)
     dcgm.clear_caches()
     check(steady(rng, mps=True))
     text = steady(rng, mps=True)
     assert dcgm._TEMPLATES[text[:text.find("}") + 1]].plan is None
     check(text)
+    expected = as_store(parse_exposition_reference(text, all_metrics=False))
+    monkeypatch.setattr(dcgm, "parse_exposition", lambda *args, **kwargs: pytest.fail("read twice"))
+    same(parse_for_store(text), expected)
+    monkeypatch.undo()
     gpu1 = parse_for_store(text)[1]
     assert gpu1.pod == "job-1" and gpu1.xid_count == sum(
         int(line.rsplit(" ", 1)[1]) for line in text.split("\n")
