@@ -574,12 +574,11 @@ class _LeanBlock(_Block):
     an exporter prints the GPUs in the same order in every family, so after the first family the next
     line's block is nearly always known and is checked in place, without slicing or hashing it."""
 
-    __slots__ = ("text", "close", "next", "seq")
+    __slots__ = ("text", "next", "seq")
 
     def __init__(self, text: str, parsed: _Parsed) -> None:
         super().__init__(parsed)
         self.text = text
-        self.close = text + "}"
         self.seq: list[tuple[int, str | None]] = []  # (sample line number, kept metric) per line
         self.next: _LeanBlock = _NO_BLOCK
 
