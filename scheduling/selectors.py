@@ -53,7 +53,6 @@ class SnapshotIndex:
     # writes only the ones the round changed without reading them again.
     pending_info: dict[int, tuple[str, str]] = field(default_factory=dict)  # reason, message
     names: dict[int, str] = field(default_factory=dict)  # of the waiting workloads loaded
-    deferred: int = 0  # waiting workloads beyond ROUND_QUEUE_DEPTH in their queue, not in the snapshot
 
 
 def queue_positions(workloads: Iterable[Workload]) -> dict[int, int]:
@@ -337,8 +336,6 @@ def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, t
             "elastic_min_replicas",
         )
     )
-    if depth > 0 and rows:
-        index.deferred = Workload.objects.filter(state__in=WAITING_STATES).count() - len(rows)
     pod_sets: dict[int, list[PodSetSpec]] = defaultdict(list)
     if not rows:
         return [], {}

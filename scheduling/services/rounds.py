@@ -8,9 +8,9 @@ Phases (each one's duration is logged and kept on the PlacementRound row):
    re-checks their GPUs under row locks (allocation.allocations_claim): a decision whose GPUs
    were taken meanwhile is dropped whole, the workload stays pending. Preemptions start here
    (victim → preempting, Preemption row with the grace deadline) and reservations are saved;
-4. follow-up, after commit: pending reasons and positions are written, admitted gangs are
-   handed to their executors, victims are asked to stop gracefully (on commit), and victims
-   past their deadline are stopped hard and requeued; their GPUs go to the preemptor next round.
+4. follow-up, after commit: admitted gangs are handed to their executors, pending reasons are
+   written, victims are asked to stop gracefully (on commit), and victims past their deadline
+   are stopped hard and requeued; their GPUs go to the preemptor next round.
 
 A crash anywhere before phase 3 commits leaves nothing behind; phase 4 is idempotent and
 also runs in every executor tick."""
@@ -77,6 +77,9 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundRe
     t3 = time.perf_counter()
     if not report.skipped:
         report.stopped_hard = _follow_up(report, result, actor, max(now, timezone.now()), index)  # phase 4
+        # Every waiting workload, also those beyond ROUND_QUEUE_DEPTH that the round did not
+        # load; counted after the admitted gangs have started.
+        report.pending = Workload.objects.filter(state__in=WAITING).count()
     t4 = time.perf_counter()
     timings = {
         "load_ms": (t1 - t0) * 1e3,
@@ -157,7 +160,7 @@ def _claims(admitted: list[Admit], index: SnapshotIndex, waiting: dict[int, str]
 
 def round_commit(*, result: RoundResult, index: SnapshotIndex, actor: Actor, now: datetime) -> RoundReport:
     """Phase 3: apply a round's decisions in one transaction, or nothing at all."""
-    report = RoundReport(round=None, result=result, pending=len(result.pending) + index.deferred)
+    report = RoundReport(round=None, result=result, pending=len(result.pending))
     with transaction.atomic():
         if not _take_round_lock(actor, now):
             report.skipped = True
@@ -298,6 +301,8 @@ def pending_info_save(result: RoundResult, *, loaded: dict[int, tuple] | None = 
 def _follow_up(report: RoundReport, result: RoundResult, actor: Actor, now: datetime, index: SnapshotIndex) -> int:
     from .execution import preemption_deadlines_enforce, workloads_start
 
-    pending_info_save(result, loaded=index.pending_info)
+    # The admitted gangs start first: their GPUs are held from the commit on, and the waiting
+    # ones' reasons can be written while they run.
     workloads_start(actor=Actor.automation("executor"), now=now, workload_ids=[a[0] for a in report.admitted])
+    pending_info_save(result, loaded=index.pending_info)
     return preemption_deadlines_enforce(actor=actor, now=now)
