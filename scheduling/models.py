@@ -191,6 +191,13 @@ class Workload(models.Model):
                 condition=models.Q(state__in=WAITING_STATES),
                 name="sched_workload_waiting_order",
             ),
+            # The few waiting workloads holding a reservation, found without reading the backlog:
+            # every round clears the ones it no longer wants.
+            models.Index(
+                fields=["id"],
+                condition=models.Q(state__in=WAITING_STATES) & ~models.Q(reserved_placements=[]),
+                name="sched_workload_reserved",
+            ),
         ]
         constraints = [
             models.CheckConstraint(

@@ -19,7 +19,7 @@ from django.db.models.functions import RowNumber
 from django.db.models.signals import post_delete, post_save
 
 from fleet.choices import GpuHealth, NodeState, SharingMode
-from fleet.models import Gpu, Node
+from fleet.models import Gpu, GpuFlavor, Node
 
 from .choices import ACTIVE_STATES, WAITING_STATES, WorkloadState
 from .engine.types import (
@@ -53,6 +53,8 @@ class SnapshotIndex:
     # writes only the ones the round changed without reading them again.
     pending_info: dict[int, tuple[str, str]] = field(default_factory=dict)  # reason, message
     names: dict[int, str] = field(default_factory=dict)  # of the waiting workloads loaded
+    # The reservations they carried, as stored, so a round rewrites only the ones it changes.
+    reserved: dict[int, list[dict]] = field(default_factory=dict)
 
 
 def queue_positions(workloads: Iterable[Workload]) -> dict[int, int]:
@@ -315,30 +317,85 @@ def _tables() -> dict[str, str]:
     }
 
 
+PENDING_COLUMNS = (
+    "pk",
+    "name",
+    "queue__name",
+    "priority_class__value",
+    "priority_class__may_preempt",
+    "priority_class__preemptible",
+    "submitted_at",
+    "topology_level",
+    "topology_mode",
+    "time_limit_seconds",
+    "elastic_min_replicas",
+    # What a round changes on a waiting workload; never part of its spec.
+    "reserved_placements",
+    "pending_reason",
+    "pending_message",
+)
+SPEC_COLUMNS = len(PENDING_COLUMNS) - 3
+
+# The waiting workloads the previous round considered, with their specs: rounds run several
+# times a second and mostly consider the same head of each queue, whose pod sets never change
+# after submission. An entry is reused only while the workload's row reads the same (name,
+# queue, priority class, times, limits) and the flavors have the same names; the cache holds
+# exactly the last round's workloads, per process and database. Deleting a workload or pod
+# set in this process empties it (SQLite may give a deleted row's id to a new one).
+_spec_cache: dict[int, tuple[tuple, WorkloadSpec, dict[str, tuple[int, str]]]] = {}
+_spec_scope: tuple = ()
+
+
+def spec_cache_clear(**kwargs) -> None:
+    global _spec_scope
+    _spec_cache.clear()
+    _spec_scope = ()
+
+
+for _model in (Workload, PodSet):
+    post_delete.connect(spec_cache_clear, sender=_model, dispatch_uid=f"spec-cache-{_model.__name__}-del")
+
+
 def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, tuple[ReplicaPlacement, ...]]]:
+    global _spec_cache, _spec_scope
     depth = settings.FLEETDECK.get("ROUND_QUEUE_DEPTH", 0)
-    waiting = _considered(depth)
-    rows = _raw_rows(
-        waiting.order_by("submitted_at", "pk").values_list(
-            "pk",
-            "name",
-            "queue__name",
-            "priority_class__value",
-            "priority_class__may_preempt",
-            "priority_class__preemptible",
-            "submitted_at",
-            "topology_level",
-            "topology_mode",
-            "time_limit_seconds",
-            "reserved_placements",
-            "pending_reason",
-            "pending_message",
-            "elastic_min_replicas",
-        )
-    )
-    pod_sets: dict[int, list[PodSetSpec]] = defaultdict(list)
+    rows = _raw_rows(_considered(depth).order_by("submitted_at", "pk").values_list(*PENDING_COLUMNS))
     if not rows:
         return [], {}
+    scope = (
+        connection.vendor,
+        connection.settings_dict.get("NAME"),
+        tuple(GpuFlavor.objects.order_by("pk").values_list("pk", "name")),
+    )
+    cache = _spec_cache if scope == _spec_scope else {}
+    hits = {row[0]: cache[row[0]] for row in rows if row[0] in cache and cache[row[0]][0] == row[1:SPEC_COLUMNS]}
+    built = _pending_specs([row for row in rows if row[0] not in hits])
+    specs, reservations, kept = [], {}, {}
+    for row in rows:
+        pk, name = row[0], row[1]
+        reserved, reason, message = row[SPEC_COLUMNS:]
+        index.pending_info[pk] = (reason, message)
+        index.names[pk] = name
+        entry = hits.get(pk) or built.get(pk)
+        if entry is None:  # no pod sets: nothing to place
+            continue
+        kept[pk] = entry
+        specs.append(entry[1])
+        index.pod_sets[pk] = entry[2]
+        reserved = _json(reserved)
+        if reserved:
+            index.reserved[pk] = reserved
+            reservations[pk] = placements_from_json(reserved)
+    _spec_cache, _spec_scope = kept, scope
+    return specs, reservations
+
+
+def _pending_specs(rows: list[tuple]) -> dict[int, tuple[tuple, WorkloadSpec, dict[str, tuple[int, str]]]]:
+    """Spec-cache entries for these pending rows: their pod sets read in one query."""
+    if not rows:
+        return {}
+    pod_sets: dict[int, list[PodSetSpec]] = defaultdict(list)
+    ps_ids: dict[int, dict[str, tuple[int, str]]] = defaultdict(dict)
     ps_rows = _raw_rows(
         PodSet.objects.filter(workload_id__in=[row[0] for row in rows])
         .order_by("workload_id", "pk")
@@ -359,48 +416,28 @@ def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, t
     )
     for row in ps_rows:
         pod_sets[row[0]].append(_pod_set_spec(row))
-        index.pod_sets.setdefault(row[0], {})[row[2]] = (row[1], row[7])
-    specs, reservations = [], {}
-    for (
-        pk,
-        name,
-        queue,
-        prio,
-        may_preempt,
-        preemptible,
-        submitted,
-        level,
-        mode,
-        limit,
-        reserved,
-        reason,
-        message,
-        elastic_min,
-    ) in rows:
-        index.pending_info[pk] = (reason, message)
-        index.names[pk] = name
+        ps_ids[row[0]][row[2]] = (row[1], row[7])
+    out = {}
+    for row in rows:
+        pk, name, queue, prio, may_preempt, preemptible, submitted, level, mode, limit, elastic_min = row[:SPEC_COLUMNS]
         if pk not in pod_sets:
             continue
-        specs.append(
-            WorkloadSpec(
-                id=pk,
-                name=name,
-                queue=queue,
-                priority=prio,
-                submitted_at=_aware(submitted).timestamp(),
-                pod_sets=tuple(pod_sets[pk]),
-                topology=Topology(level),
-                topology_required=mode == "required",
-                time_limit_s=float(limit) if limit else None,
-                may_preempt=bool(may_preempt),
-                preemptible=bool(preemptible),
-                elastic_min_replicas=elastic_min,
-            )
+        spec = WorkloadSpec(
+            id=pk,
+            name=name,
+            queue=queue,
+            priority=prio,
+            submitted_at=_aware(submitted).timestamp(),
+            pod_sets=tuple(pod_sets[pk]),
+            topology=Topology(level),
+            topology_required=mode == "required",
+            time_limit_s=float(limit) if limit else None,
+            may_preempt=bool(may_preempt),
+            preemptible=bool(preemptible),
+            elastic_min_replicas=elastic_min,
         )
-        reserved = _json(reserved)
-        if reserved:
-            reservations[pk] = placements_from_json(reserved)
-    return specs, reservations
+        out[pk] = (row[1:SPEC_COLUMNS], spec, ps_ids[pk])
+    return out
 
 
 ACTIVE_COLUMNS = (

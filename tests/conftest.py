@@ -73,14 +73,17 @@ def fast_passwords(settings):
 
 
 @pytest.fixture(autouse=True)
-def fresh_typical_mix():
-    """The placement round caches the typical mix per process for a minute of `now`; tests
-    reuse the same clock on a rolled-back database, so none may see another's mix."""
-    from scheduling.selectors import typical_mix_cache_clear
+def fresh_round_caches():
+    """The placement round caches the typical mix per process for a minute of `now`, and the
+    last round's pending specs by workload id; tests reuse the same clock and (on SQLite) the
+    same ids on a rolled-back database, so none may see another's."""
+    from scheduling.selectors import spec_cache_clear, typical_mix_cache_clear
 
     typical_mix_cache_clear()
+    spec_cache_clear()
     yield
     typical_mix_cache_clear()
+    spec_cache_clear()
 
 
 def _user(username: str, *, operator: bool = False) -> User:

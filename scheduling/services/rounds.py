@@ -176,19 +176,21 @@ def round_commit(*, result: RoundResult, index: SnapshotIndex, actor: Actor, now
         by_id = {a.workload_id: a for a in result.admitted}
         report.admitted = [(wid, index.names.get(wid, ""), placements_to_json(by_id[wid].placements)) for wid in placed]
         report.preempted = _start_preemptions(result, actor, now)
-        _save_reservations(result, placed)
-        audit_target = SchedulerLock.objects.get(name=ROUND_LOCK)
-        audit_record(
-            actor=actor,
-            verb="scheduling.round",
-            target=audit_target,
-            after={
-                "admitted": len(placed),
-                "dropped": len(report.dropped),
-                "preempted": len(report.preempted),
-                "pending": report.pending,
-            },
-        )
+        _save_reservations(result, placed, loaded=index.reserved)
+        # A round that changed nothing leaves no audit event (a busy scheduler runs several a
+        # second); its PlacementRound row still records it.
+        if placed or report.dropped or report.preempted:
+            audit_record(
+                actor=actor,
+                verb="scheduling.round",
+                target=SchedulerLock.objects.get(name=ROUND_LOCK),
+                after={
+                    "admitted": len(placed),
+                    "dropped": len(report.dropped),
+                    "preempted": len(report.preempted),
+                    "pending": report.pending,
+                },
+            )
     if dropped:
         log.warning("placement round dropped %d admissions whose GPUs were taken meanwhile", len(dropped))
     return report
@@ -253,21 +255,27 @@ def _start_preemptions(result: RoundResult, actor: Actor, now: datetime) -> list
     return started
 
 
-def _save_reservations(result: RoundResult, placed: list[int]) -> None:
-    """Carry the engine's reservations to the next round; drop those no longer wanted."""
-    keep = {wid: r for wid, r in result.reservations.items() if wid not in set(placed)}
+def _save_reservations(result: RoundResult, placed: list[int], *, loaded: dict[int, list[dict]]) -> None:
+    """Carry the engine's reservations to the next round; drop those no longer wanted.
+
+    `loaded` (SnapshotIndex.reserved) is what the snapshot read: only reservations that differ
+    from it are written, so a round that keeps its reservations writes nothing."""
+    placed_ids = set(placed)
+    keep = {wid: placements_to_json(r) for wid, r in result.reservations.items() if wid not in placed_ids}
+    # Found through the partial index sched_workload_reserved: the backlog is not read.
     stale = Workload.objects.filter(state__in=WAITING).exclude(reserved_placements=[]).exclude(pk__in=list(keep))
     stale.update(reserved_placements=[])
+    changed = {wid: placements for wid, placements in keep.items() if loaded.get(wid) != placements}
     if connection.vendor == "postgresql":
         rows_update(
             model=Workload,
             fields=["reserved_placements"],
-            rows={wid: (json.dumps(placements_to_json(placements)),) for wid, placements in keep.items()},
+            rows={wid: (json.dumps(placements),) for wid, placements in changed.items()},
             extra_where="t.state IN ('pending', 'requeued')",
         )
         return
-    for wid, placements in keep.items():
-        Workload.objects.filter(pk=wid, state__in=WAITING).update(reserved_placements=placements_to_json(placements))
+    for wid, placements in changed.items():
+        Workload.objects.filter(pk=wid, state__in=WAITING).update(reserved_placements=placements)
 
 
 def pending_info_save(result: RoundResult, *, loaded: dict[int, tuple] | None = None) -> int:

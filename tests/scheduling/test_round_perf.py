@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from scheduling.engine import schedule
 from scheduling.models import PriorityClass, Workload
@@ -133,13 +134,31 @@ def test_reservations_are_saved_in_one_statement_and_dropped_when_no_longer_want
     Workload.objects.filter(pk=dropped).update(reserved_placements=placements_to_json(plan))
     Workload.objects.filter(pk=cancelled).update(state="cancelled")
     with transaction.atomic():
-        _save_reservations(SimpleNamespace(reservations={kept: plan, cancelled: plan, running: plan}), [running])
+        _save_reservations(
+            SimpleNamespace(reservations={kept: plan, cancelled: plan, running: plan}), [running], loaded={}
+        )
 
     saved = dict(Workload.objects.values_list("pk", "reserved_placements"))
     assert saved[kept] == placements_to_json(plan)
     assert saved[kept][0]["gpus"][1] == {"index": 1, "milli": 1000, "mig": "", "mig_profile": ""}
     assert saved[dropped] == []  # wanted no longer
     assert saved[cancelled] == [] and saved[running] == []  # not waiting / placed this round
+
+    # The next round keeps the same reservation: the snapshot read it, so nothing is rewritten.
+    _snapshot, index = snapshot_load(now=clock.now)
+    assert index.reserved == {kept: placements_to_json(plan)}
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        _save_reservations(SimpleNamespace(reservations={kept: plan}), [], loaded=index.reserved)
+    (clear,) = queries.captured_queries  # only the clearing of reservations no longer wanted
+    assert clear["sql"].startswith("UPDATE")
+    assert dict(Workload.objects.values_list("pk", "reserved_placements"))[kept] == placements_to_json(plan)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET enable_seqscan = off")  # a tiny table: ask which index fits the clear
+            cursor.execute("EXPLAIN " + clear["sql"])
+            plan_text = "\n".join(row[0] for row in cursor.fetchall())
+            cursor.execute("RESET enable_seqscan")
+        assert "sched_workload_reserved" in plan_text
 
 
 def test_raw_reads_decode_json_booleans_and_times_as_the_orm_would(backlog, clock):
@@ -200,3 +219,33 @@ def test_a_round_loads_exactly_each_queues_first_workloads_in_queue_order(resear
     positions = queue_positions(Workload.objects.all())
     assert sorted(wl.id for wl in snapshot.pending) == sorted(pk for pk, pos in positions.items() if pos <= 3)
     assert len(snapshot.pending) == 3 and len(positions) == 8
+
+
+def test_the_next_round_reuses_the_specs_it_read_and_sees_every_change_to_them(backlog, clock):
+    from fleet.models import GpuFlavor
+
+    run_round(clock)
+    first, index = snapshot_load(now=clock.now)
+    assert len(first.pending) == 3
+
+    with CaptureQueriesContext(connection) as queries:
+        again, again_index = snapshot_load(now=clock.now)
+    assert again.pending == first.pending
+    assert again_index.pod_sets == index.pod_sets
+    assert not [q for q in queries.captured_queries if q["sql"].startswith('SELECT "scheduling_podset"')]  # reused
+
+    # A priority class edited by an operator reaches the next round.
+    PriorityClass.objects.filter(name="training-prod").update(value=777)
+    edited, _ = snapshot_load(now=clock.now)
+    assert {w.priority for w in edited.pending} == {777}
+
+    # So does a renamed flavor, in the pod sets that ask for it.
+    GpuFlavor.objects.filter(name=first.pending[0].pod_sets[0].flavor).update(name="h100-renamed")
+    renamed, _ = snapshot_load(now=clock.now)
+    assert {ps.flavor for w in renamed.pending for ps in w.pod_sets} == {"h100-renamed"}
+
+    # A workload that stops waiting leaves the snapshot; the others keep their specs.
+    Workload.objects.filter(pk=backlog[1]).update(state="cancelled")
+    left, _ = snapshot_load(now=clock.now)
+    assert [w.id for w in left.pending] == [backlog[2], backlog[3]]
+    assert left.pending == renamed.pending[1:]
