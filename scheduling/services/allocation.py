@@ -128,6 +128,8 @@ def allocations_claim(*, claims: Sequence[GangClaim]) -> tuple[list[int], list[i
     Must run inside the caller's transaction.atomic(): the row locks last until it commits.
     Claims are granted in the given order (the round's admission order). Returns the ids of
     the placed and of the dropped workloads."""
+    if not claims:
+        return [], []
     gpu_ids = sorted({row.gpu_id for claim in claims for row in claim.rows})
     node_ids = sorted({row.node_id for claim in claims for row in claim.rows})
     _lock_rows(Node, node_ids)

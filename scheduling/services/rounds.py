@@ -3,7 +3,7 @@
 Phases (each one's duration is logged and kept on the PlacementRound row):
 1. load: the whole state in a fixed number of queries (scheduling.selectors.snapshot_load);
 2. compute: scheduling.engine.schedule(snapshot), no database access;
-3. commit: ONE transaction. It takes the round lock (an advisory lock on PostgreSQL, the
+3. commit: ONE transaction (none when the round has nothing to write). It takes the round lock (an advisory lock on PostgreSQL, the
    SchedulerLock row everywhere), claims the admitted workloads with a conditional UPDATE and
    re-checks their GPUs under row locks (allocation.allocations_claim): a decision whose GPUs
    were taken meanwhile is dropped whole, the workload stays pending. Preemptions start here
@@ -161,6 +161,10 @@ def _claims(admitted: list[Admit], index: SnapshotIndex, waiting: dict[int, str]
 def round_commit(*, result: RoundResult, index: SnapshotIndex, actor: Actor, now: datetime) -> RoundReport:
     """Phase 3: apply a round's decisions in one transaction, or nothing at all."""
     report = RoundReport(round=None, result=result, pending=len(result.pending))
+    if not (result.admitted or result.preemptions or result.reservations or index.reserved):
+        # Nothing to admit, preempt or reserve, and nothing reserved to drop: a round at rest
+        # (most of a busy scheduler's) takes no lock and writes nothing.
+        return report
     with transaction.atomic():
         if not _take_round_lock(actor, now):
             report.skipped = True
