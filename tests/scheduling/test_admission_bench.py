@@ -225,6 +225,30 @@ def test_the_concurrent_run_submits_from_another_process(transactional_db, requi
     _check_real_time_run(simulate_concurrent(SMALL, speedup=20.0))
 
 
+def test_the_goal_is_kueues_rate_times_ten_at_its_quota_usage_and_a_sweep_shows_each_speed_up():
+    from dataclasses import replace
+
+    from scheduling.bench_admission import Outcome, goal_met, main, sweep_table
+
+    fast = Outcome(
+        workloads=15000, admitted=15000, succeeded=15000, ticks=1, rounds=1, wall_s=30.0, submit_s=0, tick_s=0,
+        round_s=0, slow_ticks=0, max_tick_ms=0, sim_end_s=150.0, usage_pct=57.0, work_pct=40.0,
+        time_to_admission_s={"small": 90.0, "medium": 60.0, "large": 12.5}, preemptions=0, requeues=0, phases_ms={},
+    )
+    assert goal_met(fast)  # 500/s at 57 % of the quota held
+    assert not goal_met(fast, strict=True)  # the running work is 40 %
+    assert not goal_met(replace(fast, usage_pct=55.0))
+    assert not goal_met(replace(fast, wall_s=36.0))  # 417/s
+
+    table = sweep_table([(4.0, replace(fast, wall_s=40.0)), (5.0, fast)])
+    assert "| 4x | 40.0 | 375 | 57.0 | 40.0 | 90.0 / 60.0 / 12.5 | not met |" in table
+    assert "| 5x | 30.0 | 500 | 57.0 | 40.0 | 90.0 / 60.0 / 12.5 | met |" in table
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--speedup", "4,fast"])
+    assert exc.value.code == 2
+
+
 class _NoMemoRound(Round):
     """The round as it was before misses were remembered: every question asked afresh."""
 
