@@ -35,6 +35,19 @@ from .workloads import (
 
 log = logging.getLogger(__name__)
 EXECUTOR_ACTOR = Actor.automation("executor")
+TICK_UNREAD = (
+    "pending_reason",
+    "pending_message",
+    "reserved_placements",
+    "borrowed",
+    "time_to_bind",
+    "submitted_at",
+    "queued_at",
+    "admitted_at",
+    "finished_at",
+    "last_preempted_at",
+    "lost_gpu_seconds",
+)
 
 
 @dataclass
@@ -125,12 +138,15 @@ def _start_group(kind: str, group: list[Workload], assignments, actor: Actor, no
         for part in chunked(list(job_ids)):
             claimable = Workload.objects.filter(pk__in=part, state=WorkloadState.ADMITTED, executor="")
             ids.extend(claimable.select_for_update().values_list("pk", flat=True))
-        rows_update(model=Workload, fields=["executor", "executor_job_id"], rows={pk: job_ids[pk] for pk in ids})
-        if executor.starts_running:
-            for part in chunked(ids):
-                Workload.objects.filter(pk__in=part, state=WorkloadState.ADMITTED).update(
-                    state=WorkloadState.RUNNING, started_at=now, last_progress_at=now
-                )
+        if not executor.starts_running:
+            rows_update(model=Workload, fields=["executor", "executor_job_id"], rows={pk: job_ids[pk] for pk in ids})
+        else:
+            # One write per workload: each row version costs an entry in every index of the table.
+            rows_update(
+                model=Workload,
+                fields=["executor", "executor_job_id", "state", "started_at", "last_progress_at"],
+                rows={pk: (*job_ids[pk], WorkloadState.RUNNING, now, now) for pk in ids},
+            )
             transitions_record_bulk(
                 changes=[(pk, WorkloadState.ADMITTED) for pk in ids],
                 to_state=WorkloadState.RUNNING,
@@ -153,7 +169,9 @@ def executor_tick(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None)
     now = now or timezone.now()
     summary = TickSummary(started=workloads_start(actor=actor, now=now))
     stops = _open_stops()
-    active = list(Workload.objects.filter(state__in=ACTIVE_STATES).exclude(executor=""))
+    # Every running job is read each tick: the columns no executor or tick step reads stay
+    # behind (a stop that needs one loads it then).
+    active = list(Workload.objects.filter(state__in=ACTIVE_STATES).exclude(executor="").defer(*TICK_UNREAD))
     by_kind: dict[str, list[Workload]] = defaultdict(list)
     for w in active:
         by_kind[w.executor].append(w)

@@ -209,27 +209,26 @@ def _mark_admitted(
         Value(now, output_field=DateTimeField()) - Coalesce(F("queued_at"), F("submitted_at")),
         output_field=DurationField(),
     )
-    for chosen in by_ids(Workload.objects.all(), placed):
-        chosen.update(
-            state=WorkloadState.ADMITTED,
-            admitted_at=now,
-            time_to_bind=wait,
-            pending_reason="",
-            pending_message="",
-            reserved_placements=[],
-            borrowed={},
-        )
-    # One UPDATE per distinct borrowed amount rather than per workload: a busy cohort admits
-    # many borrowers a round, mostly borrowing the same few amounts.
+    # One UPDATE per distinct borrowed amount (a busy cohort admits many borrowers a round,
+    # mostly borrowing the same few amounts), each row written once: every row version costs
+    # an entry in each of the table's indexes.
     chosen = set(placed)
-    borrowers: dict[str, tuple[dict, list[int]]] = {}
+    by_borrowed: dict[str, tuple[dict, list[int]]] = {}
     for a in result.admitted:
-        if a.borrowed and a.workload_id in chosen:
-            key = json.dumps(a.borrowed, sort_keys=True)
-            borrowers.setdefault(key, (a.borrowed, []))[1].append(a.workload_id)
-    for borrowed, wids in borrowers.values():
+        if a.workload_id in chosen:
+            key = json.dumps(a.borrowed or {}, sort_keys=True)
+            by_borrowed.setdefault(key, (a.borrowed or {}, []))[1].append(a.workload_id)
+    for borrowed, wids in by_borrowed.values():
         for part in by_ids(Workload.objects.all(), wids):
-            part.update(borrowed=borrowed)
+            part.update(
+                state=WorkloadState.ADMITTED,
+                admitted_at=now,
+                time_to_bind=wait,
+                pending_reason="",
+                pending_message="",
+                reserved_placements=[],
+                borrowed=borrowed,
+            )
     transitions_record_bulk(
         changes=[(wid, waiting[wid]) for wid in placed],
         to_state=WorkloadState.ADMITTED,
