@@ -122,12 +122,13 @@ def _take(rows: Sequence[AllocationRow], states: dict[int, _GpuState]) -> None:
             state.mig_used = (state.mig_used or set()) | {row.mig_instance}
 
 
-def allocations_claim(*, claims: Sequence[GangClaim]) -> tuple[list[int], list[int]]:
+def allocations_claim(*, claims: Sequence[GangClaim], now: datetime) -> tuple[list[int], list[int]]:
     """Create the allocations of every gang whose GPUs are all still free; drop the others whole.
 
     Must run inside the caller's transaction.atomic(): the row locks last until it commits.
-    Claims are granted in the given order (the round's admission order). Returns the ids of
-    the placed and of the dropped workloads."""
+    Claims are granted in the given order (the round's admission order); the allocations are
+    stamped `now`, the time the workloads are admitted (and, in-commit, started). Returns the
+    ids of the placed and of the dropped workloads."""
     if not claims:
         return [], []
     gpu_ids = sorted({row.gpu_id for claim in claims for row in claim.rows})
@@ -146,18 +147,15 @@ def allocations_claim(*, claims: Sequence[GangClaim]) -> tuple[list[int], list[i
             (claim.workload_id, r.pod_set_id, r.replica, r.gpu_id, r.node_id, r.exclusive, r.milli, r.mig_instance)
             for r in claim.rows
         )
-    _insert(new_rows)
+    _insert(new_rows, now)
     return placed, dropped
 
 
-def _insert(rows: list[tuple]) -> None:
+def _insert(rows: list[tuple], now: datetime) -> None:
     """Insert allocation rows; on PostgreSQL one INSERT ... SELECT FROM unnest(arrays): a round may
     create tens of thousands of rows and Django's per-value preparation dominated the commit."""
-    from django.utils import timezone
-
     from core.bulk import insert_rows
 
-    now = timezone.now()
     insert_rows(
         model=Allocation,
         fields=[

@@ -3,12 +3,14 @@
 Phases (each one's duration is logged and kept on the PlacementRound row):
 1. load: the whole state in a fixed number of queries (scheduling.selectors.snapshot_load);
 2. compute: scheduling.engine.schedule(snapshot), no database access;
-3. commit: ONE transaction (none when the round has nothing to write). It takes the round lock (an advisory lock on PostgreSQL, the
-   SchedulerLock row everywhere), claims the admitted workloads with a conditional UPDATE and
-   re-checks their GPUs under row locks (allocation.allocations_claim): a decision whose GPUs
-   were taken meanwhile is dropped whole, the workload stays pending. Preemptions start here
-   (victim → preempting, Preemption row with the grace deadline) and reservations are saved;
-4. follow-up, after commit: admitted gangs are handed to their executors, pending reasons are
+3. commit: ONE transaction (none when the round has nothing to write). It takes the round
+   lock (an advisory lock on PostgreSQL, the SchedulerLock row everywhere), claims the admitted
+   workloads under row locks and re-checks their GPUs (allocation.allocations_claim): a
+   decision whose GPUs were taken meanwhile is dropped whole, the workload stays pending.
+   Gangs on a node pool whose executor starts in the commit (the simulated one) start here.
+   Preemptions start here (victim → preempting, Preemption row with the grace deadline) and
+   reservations are saved;
+4. follow-up, after commit: the other admitted gangs are handed to their executors, pending reasons are
    written, victims are asked to stop gracefully (on commit), and victims past their deadline
    are stopped hard and requeued; their GPUs go to the preemptor next round.
 
@@ -24,8 +26,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Value
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core.actors import Actor
@@ -33,6 +33,7 @@ from core.audit import audit_record
 from scheduling.choices import WorkloadState
 from scheduling.engine import schedule
 from scheduling.engine.types import Admit, RoundResult
+from scheduling.executors import Executor, ReplicaAssignment, executor_for_kind
 from scheduling.models import PlacementRound, SchedulerLock, Workload
 from scheduling.selectors import SnapshotIndex, placements_to_json, snapshot_load
 
@@ -60,6 +61,7 @@ class RoundReport:
     pending: int = 0
     stopped_hard: int = 0
     result: RoundResult | None = None
+    started_in_commit: set[int] = field(default_factory=set)  # by executors with starts_in_commit
 
 
 def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundReport:
@@ -131,7 +133,9 @@ def _take_round_lock(actor: Actor, now: datetime) -> bool:
     return True
 
 
-def _claims(admitted: list[Admit], index: SnapshotIndex, waiting: dict[int, str]) -> tuple[list[GangClaim], list[int]]:
+def _claims(
+    admitted: list[Admit], index: SnapshotIndex, waiting: dict[int, Workload]
+) -> tuple[list[GangClaim], list[int]]:
     claims, stale = [], []
     for admit in admitted:
         if admit.workload_id not in waiting:
@@ -170,12 +174,12 @@ def round_commit(*, result: RoundResult, index: SnapshotIndex, actor: Actor, now
             report.skipped = True
             return report
         ids = [a.workload_id for a in result.admitted]
-        waiting: dict[int, str] = {}
+        waiting: dict[int, Workload] = {}
         for claimable in by_ids(Workload.objects.filter(state__in=WAITING).select_for_update(), ids):
-            waiting.update(claimable.values_list("pk", "state"))
+            waiting.update((w.pk, w) for w in claimable)
         claims, stale = _claims(result.admitted, index, waiting)
-        placed, dropped = allocations_claim(claims=claims)
-        _mark_admitted(placed, waiting, result, actor, now)
+        placed, dropped = allocations_claim(claims=claims, now=now)
+        report.started_in_commit = _mark_admitted(placed, waiting, result, index, actor, now)
         report.dropped = stale + dropped
         by_id = {a.workload_id: a for a in result.admitted}
         report.admitted = [(wid, index.names.get(wid, ""), placements_to_json(by_id[wid].placements)) for wid in placed]
@@ -200,41 +204,95 @@ def round_commit(*, result: RoundResult, index: SnapshotIndex, actor: Actor, now
     return report
 
 
+ADMITTED_FIELDS = [
+    "state",
+    "admitted_at",
+    "time_to_bind",
+    "pending_reason",
+    "pending_message",
+    "reserved_placements",
+    "borrowed",
+    "executor",
+    "executor_job_id",
+    "started_at",
+    "last_progress_at",
+]
+
+
 def _mark_admitted(
-    placed: list[int], waiting: dict[int, str], result: RoundResult, actor: Actor, now: datetime
-) -> None:
+    placed: list[int],
+    waiting: dict[int, Workload],
+    result: RoundResult,
+    index: SnapshotIndex,
+    actor: Actor,
+    now: datetime,
+) -> set[int]:
+    """The placed workloads become admitted, in one statement; those on a node pool whose
+    executor starts in the commit (starts_in_commit) become running at once. Returns the
+    ids started here: each row is written once, and every row version costs an entry in each
+    of the table's indexes."""
     if not placed:
-        return
-    wait = ExpressionWrapper(
-        Value(now, output_field=DateTimeField()) - Coalesce(F("queued_at"), F("submitted_at")),
-        output_field=DurationField(),
-    )
-    # One UPDATE per distinct borrowed amount (a busy cohort admits many borrowers a round,
-    # mostly borrowing the same few amounts), each row written once: every row version costs
-    # an entry in each of the table's indexes.
-    chosen = set(placed)
-    by_borrowed: dict[str, tuple[dict, list[int]]] = {}
-    for a in result.admitted:
-        if a.workload_id in chosen:
-            key = json.dumps(a.borrowed or {}, sort_keys=True)
-            by_borrowed.setdefault(key, (a.borrowed or {}, []))[1].append(a.workload_id)
-    for borrowed, wids in by_borrowed.values():
-        for part in by_ids(Workload.objects.all(), wids):
-            part.update(
-                state=WorkloadState.ADMITTED,
-                admitted_at=now,
-                time_to_bind=wait,
-                pending_reason="",
-                pending_message="",
-                reserved_placements=[],
-                borrowed=borrowed,
-            )
+        return set()
+    by_id = {a.workload_id: a for a in result.admitted}
+    rows: dict[int, tuple] = {}
+    started: dict[str, list[int]] = {}
+    as_json = json.dumps if connection.vendor == "postgresql" else (lambda value: value)
+    for wid in placed:
+        w, admit = waiting[wid], by_id[wid]
+        executor = _in_commit_executor(index.node_executor.get(admit.placements[0].node, ""))
+        job_id = executor.start(w, _assignments(admit)) if executor else ""
+        if executor:
+            started.setdefault(executor.kind, []).append(wid)
+        rows[wid] = (
+            WorkloadState.RUNNING if executor else WorkloadState.ADMITTED,
+            now,
+            now - (w.queued_at or w.submitted_at),
+            "",
+            "",
+            as_json([]),
+            as_json(admit.borrowed or {}),
+            executor.kind if executor else w.executor,
+            job_id or w.executor_job_id,
+            now if executor else w.started_at,
+            now if executor else w.last_progress_at,
+        )
+    rows_update(model=Workload, fields=ADMITTED_FIELDS, rows=rows)
     transitions_record_bulk(
-        changes=[(wid, waiting[wid]) for wid in placed],
+        changes=[(wid, waiting[wid].state) for wid in placed],
         to_state=WorkloadState.ADMITTED,
         reason="placed by the placement round",
         actor=actor,
     )
+    for kind, wids in started.items():
+        transitions_record_bulk(
+            changes=[(wid, WorkloadState.ADMITTED) for wid in wids],
+            to_state=WorkloadState.RUNNING,
+            reason=f"started by the {kind} executor",
+            actor=actor,
+        )
+    return {wid for wids in started.values() for wid in wids}
+
+
+def _in_commit_executor(kind: str) -> Executor | None:
+    try:
+        executor = executor_for_kind(kind)
+    except LookupError:
+        return None  # the follow-up logs it and leaves the gang admitted
+    return executor if executor.starts_in_commit else None
+
+
+def _assignments(admit: Admit) -> list[ReplicaAssignment]:
+    return [
+        ReplicaAssignment(
+            pod_set=p.pod_set,
+            replica=p.replica,
+            node=p.node,
+            gpus=tuple(sorted(g.index for g in p.gpus)),
+            milli=p.gpus[0].milli if p.gpus else 1000,
+            mig_instances=tuple(g.mig_instance for g in p.gpus if g.mig_instance),
+        )
+        for p in sorted(admit.placements, key=lambda p: (p.pod_set, p.replica, p.node))
+    ]
 
 
 def _start_preemptions(result: RoundResult, actor: Actor, now: datetime) -> list[tuple[int, int, str]]:
@@ -314,6 +372,10 @@ def _follow_up(report: RoundReport, result: RoundResult, actor: Actor, now: date
 
     # The admitted gangs start first: their GPUs are held from the commit on, and the waiting
     # ones' reasons can be written while they run.
-    workloads_start(actor=Actor.automation("executor"), now=now, workload_ids=[a[0] for a in report.admitted])
+    workloads_start(
+        actor=Actor.automation("executor"),
+        now=now,
+        workload_ids=[a[0] for a in report.admitted if a[0] not in report.started_in_commit],
+    )
     pending_info_save(result, loaded=index.pending_info)
     return preemption_deadlines_enforce(actor=actor, now=now)

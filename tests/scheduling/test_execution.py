@@ -123,6 +123,32 @@ def test_another_executor_registers_with_one_line_and_gets_the_gangs_of_its_pool
             base._instances.pop("slurm", None)
 
 
+def test_the_simulated_executor_starts_a_gang_in_the_transaction_that_admits_it(research_queue, clock):
+    from scheduling.engine import schedule
+    from scheduling.models import WorkloadTransition
+    from scheduling.selectors import snapshot_load
+    from scheduling.services.rounds import round_commit
+
+    w = workload_submit(spec=training("t", 16), actor=HEALTH)
+    clock.advance(30)
+    snapshot, index = snapshot_load(now=clock.now)
+
+    report = round_commit(result=schedule(snapshot), index=index, actor=HEALTH, now=clock.now)
+
+    # Running when the commit returns, before any follow-up or tick: no admitted-not-started window.
+    assert report.started_in_commit == {w.pk}
+    w.refresh_from_db()
+    assert (w.state, w.executor, w.executor_job_id) == (WorkloadState.RUNNING, "simulated", f"sim-{w.pk}-0")
+    assert w.admitted_at == w.started_at == w.last_progress_at == clock.now
+    assert w.time_to_bind == timedelta(seconds=30)
+    assert list(WorkloadTransition.objects.filter(workload=w).order_by("id").values_list("to_state", "reason")) == [
+        ("pending", "submitted"),
+        ("admitted", "placed by the placement round"),
+        ("running", "started by the simulated executor"),
+    ]
+    assert _held(w) == 16
+
+
 def test_the_placement_round_command_prints_its_decisions(research_queue, capsys):
     workload_submit(spec=training("train-A", 32), actor=HEALTH)
     workload_submit(spec=training("too-big", 64), actor=HEALTH)
