@@ -1,6 +1,6 @@
 """Setting different values on many rows at once (thousands per placement round).
 
-On PostgreSQL one `UPDATE ... FROM (VALUES ...)` per chunk; elsewhere Django's bulk_update."""
+On PostgreSQL one `UPDATE ... FROM unnest(arrays)`; elsewhere Django's bulk_update."""
 
 from __future__ import annotations
 
@@ -34,43 +34,22 @@ def rows_update(
             objs.append(obj)
         model.objects.bulk_update(objs, list(fields), batch_size=500)
         return len(objs)
-    table = model._meta.db_table
     columns = [model._meta.get_field(name) for name in fields]
+    return _rows_update_unnest(model._meta.db_table, columns, rows, extra_where, extra_params)
+
+
+def _rows_update_unnest(table, columns, rows, extra_where, extra_params) -> int:
+    """One UPDATE ... FROM unnest(arrays): one bound value per column however many rows, so
+    neither the client nor the server parses a statement that grows with the row count. JSON
+    columns travel as text (the callers pass json.dumps) and are cast back per row."""
+    quote = connection.ops.quote_name
     types = [col.db_type(connection) for col in columns]
-    if "jsonb" not in types:
-        return _rows_update_unnest(table, columns, types, rows, extra_where, extra_params)
-    casts = [f"{connection.ops.quote_name('v' + str(i))}::{col.db_type(connection)}" for i, col in enumerate(columns)]
     sets = ", ".join(
-        f"{connection.ops.quote_name(col.column)} = {cast}" for col, cast in zip(columns, casts, strict=True)
+        f"{quote(col.column)} = v.v{i}" + ("::jsonb" if t == "jsonb" else "")
+        for i, (col, t) in enumerate(zip(columns, types, strict=True))
     )
     aliases = ", ".join(["id"] + [f"v{i}" for i in range(len(columns))])
-    row_params = "(" + ", ".join(["%s"] * (len(columns) + 1)) + ")"
-    items = list(rows.items())
-    updated = 0
-    with connection.cursor() as cursor:
-        for start in range(0, len(items), CHUNK):
-            part = items[start : start + CHUNK]
-            params: list = []
-            for pk, values in part:
-                params.append(pk)
-                params.extend(values)
-            sql = (
-                f"UPDATE {connection.ops.quote_name(table)} AS t SET {sets} "
-                f"FROM (VALUES {', '.join([row_params] * len(part))}) AS v({aliases}) "
-                f"WHERE t.id = v.id::bigint {('AND ' + extra_where) if extra_where else ''}"
-            )
-            cursor.execute(sql, params + list(extra_params))
-            updated += cursor.rowcount
-    return updated
-
-
-def _rows_update_unnest(table, columns, types, rows, extra_where, extra_params) -> int:
-    """One UPDATE ... FROM unnest(arrays): one bound value per column however many rows, so
-    neither the client nor the server parses a statement that grows with the row count."""
-    quote = connection.ops.quote_name
-    sets = ", ".join(f"{quote(col.column)} = v.v{i}" for i, col in enumerate(columns))
-    aliases = ", ".join(["id"] + [f"v{i}" for i in range(len(columns))])
-    casts = ", ".join(["%s::bigint[]"] + [f"%s::{t}[]" for t in types])
+    casts = ", ".join(["%s::bigint[]"] + [f"%s::{'text' if t == 'jsonb' else t}[]" for t in types])
     items = list(rows.items())
     arrays = [[pk for pk, _ in items]] + [[values[i] for _, values in items] for i in range(len(columns))]
     sql = (
