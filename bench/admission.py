@@ -8,8 +8,9 @@ path (PostgreSQL, placement rounds, the simulated executor), side by side with K
 15,000 workloads: small/medium/large asking 1/5/20 GPUs, running 200 ms/500 ms/1 s, one every
 100/500/1,200 ms per queue. Prints wall time, admissions per wall second, mean quota usage and
 mean time to admission per class; with several speed-ups, one run each and a table side by
-side. The goal (issue 6): >= 430 admissions/s at >= 55.9 % quota usage. A scratch database `<name>_admission_bench` is created next
-to DATABASE_URL's and dropped afterwards. Details: scheduling/bench_admission.py."""
+side. The goal (issue 6): >= 430 admissions/s at >= 55.9 % quota usage. A scratch database
+`<name>_admission_bench` is created next to DATABASE_URL's and dropped afterwards. Details:
+scheduling/bench_admission.py."""
 
 from __future__ import annotations
 
