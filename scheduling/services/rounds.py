@@ -10,9 +10,9 @@ Phases (each one's duration is logged and kept on the PlacementRound row):
    Gangs on a node pool whose executor starts in the commit (the simulated one) start here.
    Preemptions start here (victim → preempting, Preemption row with the grace deadline) and
    reservations are saved;
-4. follow-up, after commit: the other admitted gangs are handed to their executors, pending reasons are
-   written, victims are asked to stop gracefully (on commit), and victims past their deadline
-   are stopped hard and requeued; their GPUs go to the preemptor next round.
+4. follow-up, after commit: the other admitted gangs are handed to their executors, pending
+   reasons are written, victims are asked to stop gracefully (on commit), and victims past
+   their deadline are stopped hard and requeued; their GPUs go to the preemptor next round.
 
 A crash anywhere before phase 3 commits leaves nothing behind; phase 4 is idempotent and
 also runs in every executor tick."""
