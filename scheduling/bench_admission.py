@@ -689,7 +689,7 @@ def main(argv: list[str] | None = None) -> int:
         results = ctx.Queue()
         child = ctx.Process(target=_run_child, args=(args, fx, url, speedup, results))
         child.start()
-        outcome = results.get()
+        outcome = _outcome_of(child, results)
         child.join()
         if child.exitcode or outcome is None:
             print(f"error: the run at {speedup:g}x failed", file=sys.stderr)
@@ -722,6 +722,18 @@ def sweep_table(outcomes: list[tuple[float, Outcome]]) -> str:
             f"{out.work_pct:.1f} | {waits} | {'met' if goal_met(out) else 'not met'} |"
         )
     return "\n".join(lines)
+
+
+def _outcome_of(child, results) -> Outcome | None:
+    """The child's Outcome, or None once it has died without one (killed, out of memory)."""
+    import queue
+
+    while True:
+        try:
+            return results.get(timeout=5)
+        except queue.Empty:
+            if not child.is_alive():
+                return None
 
 
 def _run_child(args, fx: Fixture, url: str, speedup: float, results) -> None:
