@@ -1,4 +1,5 @@
-"""Plain multi-row inserts for the hot write paths (audit events, transitions, allocations)."""
+"""Plain multi-row inserts for the hot write paths (audit events, transitions, allocations), and
+the array parameters they and scheduling.services.bulk.rows_update bind."""
 
 from __future__ import annotations
 
@@ -16,10 +17,7 @@ def insert_rows(*, model: type[models.Model], fields: Sequence[str], rows: Seque
         model.objects.bulk_create([model(**dict(zip(fields, row, strict=True))) for row in rows], batch_size=2000)
         return
     columns = [model._meta.get_field(name) for name in fields]
-    arrays = [[row[i] for row in rows] for i in range(len(fields))]
-    for i, col in enumerate(columns):
-        if isinstance(col, models.JSONField):  # as the field would write them, one text per value
-            arrays[i] = [json.dumps(value, cls=col.encoder) for value in arrays[i]]
+    arrays = [column_values(col, [row[i] for row in rows]) for i, col in enumerate(columns)]
     casts = ", ".join(f"%s::{col.db_type(connection)}[]" for col in columns)
     names = ", ".join(connection.ops.quote_name(col.column) for col in columns)
     with connection.cursor() as cursor:
@@ -27,3 +25,11 @@ def insert_rows(*, model: type[models.Model], fields: Sequence[str], rows: Seque
             f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({names}) SELECT * FROM unnest({casts})",
             arrays,
         )
+
+
+def column_values(column: models.Field, values: list) -> list:
+    """A column's values as an array parameter takes them: JSON as the field would write it,
+    one text per value (PostgreSQL has no jsonb array literal to bind a list of dicts to)."""
+    if isinstance(column, models.JSONField):
+        return [json.dumps(value, cls=column.encoder) for value in values]
+    return values

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 from django.db import connection, models
 
+from core.bulk import column_values
+
 CHUNK = 2000
 
 
@@ -19,7 +21,8 @@ def rows_update(
     extra_where: str = "",
     extra_params: Sequence = (),
 ) -> int:
-    """Set `fields` of each row `pk` to `rows[pk]` (a tuple in `fields` order).
+    """Set `fields` of each row `pk` to `rows[pk]` (a tuple in `fields` order, JSON fields as
+    Python values, as on a model).
 
     `extra_where` (SQL on the target alias `t`, PostgreSQL only) guards the update, e.g. a
     state condition; elsewhere the caller holds the database's single writer lock anyway."""
@@ -41,17 +44,19 @@ def rows_update(
 def _rows_update_unnest(table, columns, rows, extra_where, extra_params) -> int:
     """One UPDATE ... FROM unnest(arrays): one bound value per column however many rows, so
     neither the client nor the server parses a statement that grows with the row count. JSON
-    columns travel as text (the callers pass json.dumps) and are cast back per row."""
+    columns travel as text and are cast back per row."""
     quote = connection.ops.quote_name
     types = [col.db_type(connection) for col in columns]
+    items = list(rows.items())
+    arrays = [[pk for pk, _ in items]] + [
+        column_values(col, [values[i] for _, values in items]) for i, col in enumerate(columns)
+    ]
     sets = ", ".join(
         f"{quote(col.column)} = v.v{i}" + ("::jsonb" if t == "jsonb" else "")
         for i, (col, t) in enumerate(zip(columns, types, strict=True))
     )
     aliases = ", ".join(["id"] + [f"v{i}" for i in range(len(columns))])
     casts = ", ".join(["%s::bigint[]"] + [f"%s::{'text' if t == 'jsonb' else t}[]" for t in types])
-    items = list(rows.items())
-    arrays = [[pk for pk, _ in items]] + [[values[i] for _, values in items] for i in range(len(columns))]
     sql = (
         f"UPDATE {quote(table)} AS t SET {sets} FROM unnest({casts}) AS v({aliases}) "
         f"WHERE t.id = v.id {('AND ' + extra_where) if extra_where else ''}"

@@ -19,7 +19,6 @@ also runs in every executor tick."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -179,9 +178,9 @@ def round_commit(*, result: RoundResult, index: SnapshotIndex, actor: Actor, now
             waiting.update((w.pk, w) for w in claimable)
         claims, stale = _claims(result.admitted, index, waiting)
         placed, dropped = allocations_claim(claims=claims, now=now)
-        report.started_in_commit = _mark_admitted(placed, waiting, result, index, actor, now)
-        report.dropped = stale + dropped
         by_id = {a.workload_id: a for a in result.admitted}
+        report.started_in_commit = _mark_admitted(placed, waiting, by_id, index, actor, now)
+        report.dropped = stale + dropped
         report.admitted = [(wid, index.names.get(wid, ""), placements_to_json(by_id[wid].placements)) for wid in placed]
         report.preempted = _start_preemptions(result, actor, now)
         _save_reservations(result, placed, loaded=index.reserved)
@@ -222,7 +221,7 @@ ADMITTED_FIELDS = [
 def _mark_admitted(
     placed: list[int],
     waiting: dict[int, Workload],
-    result: RoundResult,
+    by_id: dict[int, Admit],
     index: SnapshotIndex,
     actor: Actor,
     now: datetime,
@@ -233,10 +232,8 @@ def _mark_admitted(
     of the table's indexes."""
     if not placed:
         return set()
-    by_id = {a.workload_id: a for a in result.admitted}
     rows: dict[int, tuple] = {}
     started: dict[str, list[int]] = {}
-    as_json = json.dumps if connection.vendor == "postgresql" else (lambda value: value)
     for wid in placed:
         w, admit = waiting[wid], by_id[wid]
         executor = _in_commit_executor(index.node_executor.get(admit.placements[0].node, ""))
@@ -249,8 +246,8 @@ def _mark_admitted(
             now - (w.queued_at or w.submitted_at),
             "",
             "",
-            as_json([]),
-            as_json(admit.borrowed or {}),
+            [],
+            admit.borrowed or {},
             executor.kind if executor else w.executor,
             job_id or w.executor_job_id,
             now if executor else w.started_at,
@@ -331,7 +328,7 @@ def _save_reservations(result: RoundResult, placed: list[int], *, loaded: dict[i
         rows_update(
             model=Workload,
             fields=["reserved_placements"],
-            rows={wid: (json.dumps(placements),) for wid, placements in changed.items()},
+            rows={wid: (placements,) for wid, placements in changed.items()},
             extra_where="t.state IN ('pending', 'requeued')",
         )
         return
