@@ -147,13 +147,19 @@ def _start_group(kind: str, group: list[Workload], assignments, actor: Actor, no
                 fields=["executor", "executor_job_id", "state", "started_at", "last_progress_at"],
                 rows={pk: (*job_ids[pk], WorkloadState.RUNNING, now, now) for pk in ids},
             )
-            transitions_record_bulk(
-                changes=[(pk, WorkloadState.ADMITTED) for pk in ids],
-                to_state=WorkloadState.RUNNING,
-                reason=f"started by the {kind} executor",
-                actor=actor,
-            )
+            started_record(ids, kind, actor)
     return len(ids)
+
+
+def started_record(workload_ids: list[int], kind: str, actor: Actor) -> None:
+    """The admitted → running transitions of gangs an executor that starts running has started
+    (here, or in the round's commit for executors with starts_in_commit)."""
+    transitions_record_bulk(
+        changes=[(pk, WorkloadState.ADMITTED) for pk in workload_ids],
+        to_state=WorkloadState.RUNNING,
+        reason=f"started by the {kind} executor",
+        actor=actor,
+    )
 
 
 def _open_stops() -> dict[int, StopRequest]:

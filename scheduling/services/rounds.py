@@ -260,13 +260,10 @@ def _mark_admitted(
         reason="placed by the placement round",
         actor=actor,
     )
+    from .execution import started_record
+
     for kind, wids in started.items():
-        transitions_record_bulk(
-            changes=[(wid, WorkloadState.ADMITTED) for wid in wids],
-            to_state=WorkloadState.RUNNING,
-            reason=f"started by the {kind} executor",
-            actor=actor,
-        )
+        started_record(wids, kind, actor)
     return {wid for wids in started.values() for wid in wids}
 
 
