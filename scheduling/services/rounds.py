@@ -260,10 +260,10 @@ def _mark_admitted(
         reason="placed by the placement round",
         actor=actor,
     )
-    from .execution import started_record
+    from .execution import EXECUTOR_ACTOR, started_record
 
     for kind, wids in started.items():
-        started_record(wids, kind, actor)
+        started_record(wids, kind, EXECUTOR_ACTOR)  # the executor started them, as after the commit
     return {wid for wids in started.values() for wid in wids}
 
 

@@ -141,10 +141,10 @@ def test_the_simulated_executor_starts_a_gang_in_the_transaction_that_admits_it(
     assert (w.state, w.executor, w.executor_job_id) == (WorkloadState.RUNNING, "simulated", f"sim-{w.pk}-0")
     assert w.admitted_at == w.started_at == w.last_progress_at == clock.now
     assert w.time_to_bind == timedelta(seconds=30)
-    assert list(WorkloadTransition.objects.filter(workload=w).order_by("id").values_list("to_state", "reason")) == [
-        ("pending", "submitted"),
-        ("admitted", "placed by the placement round"),
-        ("running", "started by the simulated executor"),
+    trail = WorkloadTransition.objects.filter(workload=w).order_by("id").values_list("to_state", "reason", "actor")
+    assert list(trail)[1:] == [
+        ("admitted", "placed by the placement round", HEALTH.label),
+        ("running", "started by the simulated executor", "automation:executor"),
     ]
     assert _held(w) == 16
 
