@@ -20,6 +20,12 @@ one simulated second stands for `unit_ms` (100) milliseconds of Kueue's fixture;
 (arrival intervals, run times, the tick) is scaled by the same factor, and the times reported
 are converted back to the fixture's scale.
 
+Rounds run as the Celery worker runs them: when a service asks for one (a submission, a
+finished job, a round that admitted from a queue's whole considered head: the services'
+placement_round_trigger, without its half-second debounce) or when PLACEMENT_ROUND_SECONDS of
+the product's clock have passed since the last (the beat's periodic round). An executor tick
+runs every iteration.
+
 Modes (--mode):
 - concurrent (default): real time S x faster than the fixture (--speedup, 4). Submissions come
   from a process of their own at their arrival times (the web API; Kueue's generator); executor
@@ -245,6 +251,7 @@ class BulkSubmitter:
         from scheduling.choices import WorkloadState
         from scheduling.models import PodSet, Workload
         from scheduling.services.transitions import transitions_record_bulk
+        from scheduling.services.workloads import round_trigger_on_commit
 
         drafts = [self._draft(spec) for spec in specs]
         with transaction.atomic():
@@ -270,6 +277,7 @@ class BulkSubmitter:
                 verb="workload.submit",
                 entries=[(w, None, {"spec": spec}) for w, spec in zip(workloads, specs, strict=True)],
             )
+            round_trigger_on_commit()
 
 
 # --- the loop -------------------------------------------------------------------------------
@@ -325,21 +333,48 @@ class Outcome:
     cpu_s: float = 0.0  # the benchmark's process(es) only (PostgreSQL's own work is not in it)
 
 
+class RoundTrigger:
+    """Stands in for scheduling.tasks.placement_round_trigger: the services ask for a round
+    (a submission, a finished job, a round that left a queue's head unseen) and the loop running
+    the rounds takes the request. A multiprocessing Event, so the submitting process can ask too;
+    a request made after a round's snapshot was read is taken by the next iteration."""
+
+    def __init__(self, ctx=None) -> None:
+        import multiprocessing
+
+        self.event = (ctx or multiprocessing.get_context("fork")).Event()
+
+    def __call__(self) -> None:
+        self.event.set()
+
+    def take(self) -> bool:
+        asked = self.event.is_set()
+        if asked:
+            self.event.clear()
+        return asked
+
+
 class _Run:
     """What a run's loops share: the fixture, the clock patched into Django, the counters."""
 
-    def __init__(self, fx: Fixture, submit: str, clock: SimClock) -> None:
+    def __init__(self, fx: Fixture, submit: str, clock: SimClock, trigger: RoundTrigger | None = None) -> None:
+        from django.conf import settings
+
         from core.actors import Actor
 
         fx.check()
         self.fx, self.clock = fx, clock
+        self.trigger = trigger or RoundTrigger()
+        # The beat's periodic round, on the product's clock: it catches what no service asks for.
+        self.period = timedelta(seconds=settings.FLEETDECK["PLACEMENT_ROUND_SECONDS"])
+        self.last_round: datetime | None = None
         self.arrivals = fx.arrivals(FLAVOR)
         self.due = sorted(self.arrivals)
         self.total = sum(len(v) for v in self.arrivals.values())
         self.client = Actor.automation("bench-client")
         self.scheduler = Actor.automation("scheduler")
         self.submitter = submit_service if submit == "service" else BulkSubmitter()
-        self.submitted = self.finished = self.admitted = self.ticks = self.slow = 0
+        self.submitted = self.finished = self.admitted = self.ticks = self.rounds = self.slow = 0
         self.submit_s = self.tick_s = self.round_s = self.max_tick = 0.0
 
     def submit_due(self, tick: int, next_due: int) -> int:
@@ -358,13 +393,18 @@ class _Run:
         return next_due
 
     def schedule(self) -> None:
-        """One executor tick, then one placement round, each at the clock's time when it starts."""
+        """One executor tick, then a placement round if one was asked for or the periodic one is
+        due (as the Celery worker runs them), each at the clock's time when it starts."""
         from scheduling.services import executor_tick, placement_round_run
 
         t1 = time.perf_counter()
         self.finished += executor_tick(now=self.clock()).finished
         t2 = time.perf_counter()
-        self.admitted += len(placement_round_run(actor=self.scheduler, now=self.clock()).admitted)
+        now = self.clock()
+        if self.trigger.take() or self.last_round is None or now - self.last_round >= self.period:
+            self.last_round = now
+            self.admitted += len(placement_round_run(actor=self.scheduler, now=now).admitted)
+            self.rounds += 1
         t3 = time.perf_counter()
         self.tick_s, self.round_s = self.tick_s + t2 - t1, self.round_s + t3 - t2
         self.ticks += 1
@@ -378,13 +418,13 @@ def simulate(
 
     speedup None: the stepped clock, one iteration per tick, the clock waiting for the scheduler.
     speedup S: a real-time clock running S x faster than Kueue's fixture; each iteration submits
-    what has arrived by now (stamped with its arrival time), then one executor tick and one round,
-    so a slow round leaves finished GPUs idle and arrivals waiting, as it would in production."""
+    what has arrived by now (stamped with its arrival time), then one executor tick and, when
+    asked for or due, a round, so a slow round leaves finished GPUs idle and arrivals waiting, as it would in production."""
     clock = SimClock(fx.at(0), fx=fx, speedup=speedup)
     run = _Run(fx, submit, clock)
     max_ticks = max_ticks or run.due[-1] * 50 + 1000
     started, cpu_started = time.perf_counter(), time.process_time()
-    with _patched(clock):
+    with _patched(clock, run.trigger):
         tick = next_due = 0
         while True:
             t0 = time.perf_counter()
@@ -409,15 +449,17 @@ def simulate(
     return out
 
 
-def _submit_process(fx: Fixture, submit: str, started: float, speedup: float, results) -> None:
+def _submit_process(
+    fx: Fixture, submit: str, started: float, speedup: float, trigger: RoundTrigger, results
+) -> None:
     """The API's side of a concurrent run: each tick's arrivals submitted when they arrive."""
     from django.db import connections
 
     clock = SimClock(fx.at(0), fx=fx, speedup=speedup, started=started)
     cpu = time.process_time()
     try:
-        with _patched(clock):
-            run = _Run(fx, submit, clock)
+        with _patched(clock, trigger):
+            run = _Run(fx, submit, clock, trigger)
             for i, tick in enumerate(run.due):
                 clock.sleep_until(tick * fx.tick_ms)
                 run.submit_due(tick, i)
@@ -439,12 +481,14 @@ def simulate_concurrent(fx: Fixture, *, speedup: float, submit: str = "bulk") ->
     results = ctx.Queue()
     started = time.time()
     clock = SimClock(fx.at(0), fx=fx, speedup=speedup, started=started)
-    run = _Run(fx, submit, clock)
-    proc = ctx.Process(target=_submit_process, args=(fx, submit, started, speedup, results), name="submit")
+    run = _Run(fx, submit, clock, RoundTrigger(ctx))
+    proc = ctx.Process(
+        target=_submit_process, args=(fx, submit, started, speedup, run.trigger, results), name="submit"
+    )
     proc.start()
     cpu_started = time.process_time()
     try:
-        with _patched(clock):
+        with _patched(clock, run.trigger):
             while run.finished < run.total:
                 begun = clock.fixture_ms()
                 run.schedule()
@@ -464,18 +508,18 @@ def simulate_concurrent(fx: Fixture, *, speedup: float, submit: str = "bulk") ->
 
 
 class _patched:
-    """Django's clock is `clock` and the services' debounced round trigger does nothing (the
-    loops run the rounds) for the duration of the block."""
+    """Django's clock is `clock` and the services' round trigger is `trigger` (the loop takes
+    its requests instead of Celery) for the duration of the block."""
 
-    def __init__(self, clock: SimClock) -> None:
-        self.clock = clock
+    def __init__(self, clock: SimClock, trigger: RoundTrigger) -> None:
+        self.clock, self.trigger = clock, trigger
 
     def __enter__(self) -> None:
         import django.utils.timezone as dj_timezone
 
         self.saved = dj_timezone.now, _round_trigger()
         dj_timezone.now = self.clock
-        _set_round_trigger(lambda: None)
+        _set_round_trigger(self.trigger)
 
     def __exit__(self, *exc) -> None:
         import django.utils.timezone as dj_timezone
@@ -601,7 +645,8 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float, mode: str, sp
         f"{'yes' if goal_met(out, strict=True) else 'no'}",
         f"    {out.admitted:,} admissions ({out.requeues} after a preemption; {out.preemptions} preemptions), "
         f"{out.succeeded:,} of {out.workloads:,} succeeded; fixture time to the last end {out.sim_end_s:.1f} s",
-        f"    {out.ticks} iterations; busy: submit {out.submit_s:.1f} s, executor ticks {out.tick_s:.1f} s, rounds "
+        f"    {out.ticks} iterations, {out.rounds} rounds; busy: submit {out.submit_s:.1f} s, executor ticks "
+        f"{out.tick_s:.1f} s, rounds "
         f"{out.round_s:.1f} s (load {out.phases_ms['load'] / 1e3:.1f} s, core "
         f"{out.phases_ms['compute'] / 1e3:.1f} s, commit {out.phases_ms['commit'] / 1e3:.1f} s, follow-up "
         f"{out.phases_ms['followup'] / 1e3:.1f} s)",

@@ -13,6 +13,8 @@ Phases (each one's duration is logged and kept on the PlacementRound row):
 4. follow-up, after commit: the other admitted gangs are handed to their executors, pending
    reasons are written, victims are asked to stop gracefully (on commit), and victims past
    their deadline are stopped hard and requeued; their GPUs go to the preemptor next round.
+   A round that admitted from a queue whose whole considered head (ROUND_QUEUE_DEPTH) it saw
+   asks for the next round at once: what waits behind that head was not looked at yet.
 
 A crash anywhere before phase 3 commits leaves nothing behind; phase 4 is idempotent and
 also runs in every executor tick."""
@@ -21,9 +23,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -31,7 +35,7 @@ from core.actors import Actor
 from core.audit import audit_record
 from scheduling.choices import WorkloadState
 from scheduling.engine import schedule
-from scheduling.engine.types import Admit, RoundResult
+from scheduling.engine.types import Admit, RoundResult, WorkloadSpec
 from scheduling.executors import Executor, ReplicaAssignment, executor_for_kind
 from scheduling.models import PlacementRound, SchedulerLock, Workload
 from scheduling.selectors import SnapshotIndex, placements_to_json, snapshot_load
@@ -39,7 +43,7 @@ from scheduling.selectors import SnapshotIndex, placements_to_json, snapshot_loa
 from .allocation import AllocationRow, GangClaim, allocations_claim
 from .bulk import by_ids, rows_update
 from .transitions import WAITING, transitions_record_bulk
-from .workloads import workload_preempt
+from .workloads import round_trigger_on_commit, workload_preempt
 
 log = logging.getLogger(__name__)
 ROUND_LOCK = "placement-round"
@@ -81,6 +85,8 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundRe
         # Every waiting workload, also those beyond ROUND_QUEUE_DEPTH that the round did not
         # load; counted after the admitted gangs have started.
         report.pending = Workload.objects.filter(state__in=WAITING).count()
+        if _heads_cut_short(snapshot.pending, {a[0] for a in report.admitted}):
+            round_trigger_on_commit()
     t4 = time.perf_counter()
     timings = {
         "load_ms": (t1 - t0) * 1e3,
@@ -116,6 +122,17 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundRe
         timings["followup_ms"],
     )
     return report
+
+
+def _heads_cut_short(pending: list[WorkloadSpec], admitted: set[int]) -> bool:
+    """True when the round admitted from a queue that showed it a full ROUND_QUEUE_DEPTH of
+    waiting workloads: the ones behind that head were not considered and may fit now, so the
+    next round should come soon rather than at the next periodic one."""
+    depth = settings.FLEETDECK.get("ROUND_QUEUE_DEPTH", 0)
+    if depth <= 0 or not admitted:
+        return False
+    shown = Counter(spec.queue for spec in pending)
+    return any(shown[spec.queue] >= depth for spec in pending if spec.id in admitted)
 
 
 def _take_round_lock(actor: Actor, now: datetime) -> bool:

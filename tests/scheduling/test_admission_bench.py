@@ -4,6 +4,7 @@ and the benchmark's loop drives a small Kueue-shaped fixture to the end."""
 from __future__ import annotations
 
 import random
+from datetime import timedelta
 
 import pytest
 
@@ -13,7 +14,10 @@ from scheduling.bench_admission import (
     FLAVOR,
     BulkSubmitter,
     Fixture,
+    SimClock,
     WorkloadClass,
+    _patched,
+    _Run,
     fixture_load,
     simulate,
     simulate_concurrent,
@@ -193,6 +197,28 @@ def test_the_benchmark_loop_runs_a_small_fixture_to_the_end(db, submit):
     # 80 GPUs; 4 large gangs of 20 arrive together at 500 ms: each waits at most for the others.
     assert 0 < out.usage_pct <= 100 and out.sim_end_s >= 2.0
     assert not Workload.objects.exclude(state=WorkloadState.SUCCEEDED).exists()
+
+
+def test_the_loop_runs_a_round_when_a_service_asks_for_one_or_the_periodic_one_is_due(
+    db, settings, django_capture_on_commit_callbacks
+):
+    fixture_load(SMALL)
+    clock = SimClock(SMALL.at(0))
+    run = _Run(SMALL, "bulk", clock)
+    period = settings.FLEETDECK["PLACEMENT_ROUND_SECONDS"]
+    with _patched(clock, run.trigger):
+        run.schedule()  # the first iteration: nothing has run yet, so the periodic round is due
+        run.schedule()  # nothing asked for one and it is not due: the tick alone
+        assert (run.ticks, run.rounds) == (2, 1)
+
+        with django_capture_on_commit_callbacks(execute=True):  # a submission asks, on commit
+            run.submit_due(run.due[0], 0)
+        run.schedule()
+        assert run.rounds == 2 and run.admitted == run.submitted == len(run.arrivals[run.due[0]])
+
+        clock.now += timedelta(seconds=period)  # the periodic round, asked for or not
+        run.schedule()
+        assert (run.ticks, run.rounds) == (4, 3)
 
 
 def _arrivals_by_name() -> dict[str, object]:

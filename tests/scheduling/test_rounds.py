@@ -215,6 +215,26 @@ def test_a_decision_whose_gpus_were_taken_meanwhile_is_dropped_whole(small, cloc
     assert Workload.objects.get(pk=second.pk).state == WorkloadState.PENDING
 
 
+def test_a_round_that_admits_from_a_full_queue_head_asks_for_the_next_round_at_once(
+    small, clock, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    settings.FLEETDECK = {**settings.FLEETDECK, "ROUND_QUEUE_DEPTH": 2}
+    jobs = [_submit(training(f"job-{i}", 4, priority="research-batch")) for i in range(3)]
+    asked = []
+    monkeypatch.setattr("scheduling.tasks.placement_round_trigger", lambda: asked.append(clock.now))
+
+    # The round sees the queue's first two and admits both: the third was never looked at,
+    # though it fits, so the round asks for another instead of leaving it to the periodic one.
+    with django_capture_on_commit_callbacks(execute=True):
+        first = run_round(clock)
+    assert [a[0] for a in first.admitted] == [jobs[0].pk, jobs[1].pk] and len(asked) == 1
+
+    # The next round sees only one: nothing was left unseen, so it asks for nothing.
+    with django_capture_on_commit_callbacks(execute=True):
+        second = run_round(clock)
+    assert [a[0] for a in second.admitted] == [jobs[2].pk] and len(asked) == 1
+
+
 def test_shares_of_one_gpu_never_exceed_a_whole_gpu(small, clock):
     from fleet.models import Gpu
 
