@@ -419,7 +419,8 @@ def simulate(
     speedup None: the stepped clock, one iteration per tick, the clock waiting for the scheduler.
     speedup S: a real-time clock running S x faster than Kueue's fixture; each iteration submits
     what has arrived by now (stamped with its arrival time), then one executor tick and, when
-    asked for or due, a round, so a slow round leaves finished GPUs idle and arrivals waiting, as it would in production."""
+    asked for or due, a round, so a slow round leaves finished GPUs idle and arrivals waiting, as
+    it would in production."""
     clock = SimClock(fx.at(0), fx=fx, speedup=speedup)
     run = _Run(fx, submit, clock)
     max_ticks = max_ticks or run.due[-1] * 50 + 1000
