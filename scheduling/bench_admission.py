@@ -374,7 +374,7 @@ class _Run:
         self.client = Actor.automation("bench-client")
         self.scheduler = Actor.automation("scheduler")
         self.submitter = submit_service if submit == "service" else BulkSubmitter()
-        self.submitted = self.finished = self.admitted = self.ticks = self.rounds = self.slow = 0
+        self.submitted = self.finished = self.admitted = self.ticks = self.slow = 0
         self.submit_s = self.tick_s = self.round_s = self.max_tick = 0.0
 
     def submit_due(self, tick: int, next_due: int) -> int:
@@ -404,7 +404,6 @@ class _Run:
         if self.trigger.take() or self.last_round is None or now - self.last_round >= self.period:
             self.last_round = now
             self.admitted += len(placement_round_run(actor=self.scheduler, now=now).admitted)
-            self.rounds += 1
         t3 = time.perf_counter()
         self.tick_s, self.round_s = self.tick_s + t2 - t1, self.round_s + t3 - t2
         self.ticks += 1
