@@ -18,17 +18,19 @@ def rows_update(
     model: type[models.Model],
     fields: Sequence[str],
     rows: dict[int, tuple],
-    extra_where: str = "",
-    extra_params: Sequence = (),
+    states: Sequence[str] = (),
 ) -> int:
     """Set `fields` of each row `pk` to `rows[pk]` (a tuple in `fields` order, JSON fields as
-    Python values, as on a model).
-
-    `extra_where` (SQL on the target alias `t`, PostgreSQL only) guards the update, e.g. a
-    state condition; elsewhere the caller holds the database's single writer lock anyway."""
+    Python values, as on a model). With `states`, only rows whose `state` is one of them are
+    written (a row that moved on since it was read is left alone). Returns the rows written."""
     if not rows:
         return 0
     if connection.vendor != "postgresql":
+        if states:  # the caller's transaction holds SQLite's single writer lock from here on
+            current: set[int] = set()
+            for part in by_ids(model.objects.filter(state__in=states), list(rows)):
+                current.update(part.values_list("pk", flat=True))
+            rows = {pk: values for pk, values in rows.items() if pk in current}
         objs = []
         for pk, values in rows.items():
             obj = model(pk=pk)
@@ -38,10 +40,10 @@ def rows_update(
         model.objects.bulk_update(objs, list(fields), batch_size=500)
         return len(objs)
     columns = [model._meta.get_field(name) for name in fields]
-    return _rows_update_unnest(model._meta.db_table, columns, rows, extra_where, extra_params)
+    return _rows_update_unnest(model._meta.db_table, columns, rows, list(states))
 
 
-def _rows_update_unnest(table, columns, rows, extra_where, extra_params) -> int:
+def _rows_update_unnest(table, columns, rows, states: list[str]) -> int:
     """One UPDATE ... FROM unnest(arrays): one bound value per column however many rows, so
     neither the client nor the server parses a statement that grows with the row count. JSON
     columns travel as text and are cast back per row."""
@@ -59,10 +61,10 @@ def _rows_update_unnest(table, columns, rows, extra_where, extra_params) -> int:
     casts = ", ".join(["%s::bigint[]"] + [f"%s::{'text' if t == 'jsonb' else t}[]" for t in types])
     sql = (
         f"UPDATE {quote(table)} AS t SET {sets} FROM unnest({casts}) AS v({aliases}) "
-        f"WHERE t.id = v.id {('AND ' + extra_where) if extra_where else ''}"
+        f"WHERE t.id = v.id{' AND t.state = ANY(%s)' if states else ''}"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, arrays + list(extra_params))
+        cursor.execute(sql, arrays + ([states] if states else []))
         return cursor.rowcount
 
 

@@ -241,16 +241,12 @@ def _progress_record(steps: dict[int, int], now: datetime) -> int:
     """Record many progress steps at once, for workloads still running (or stopping)."""
     if not steps:
         return 0
-    live = (WorkloadState.RUNNING, WorkloadState.PREEMPTING)
     with transaction.atomic():
-        ids: list[int] = []
-        for part in by_ids(Workload.objects.filter(state__in=live).select_for_update(), sorted(steps)):
-            ids.extend(part.values_list("pk", flat=True))
         return rows_update(
             model=Workload,
             fields=["progress_step", "last_progress_at"],
-            rows={pk: (steps[pk], now) for pk in ids},
-            extra_where="t.state IN ('running', 'preempting')",
+            rows={pk: (step, now) for pk, step in sorted(steps.items())},
+            states=(WorkloadState.RUNNING, WorkloadState.PREEMPTING),
         )
 
 

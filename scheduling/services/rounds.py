@@ -337,17 +337,12 @@ def _save_reservations(result: RoundResult, placed: list[int], *, loaded: dict[i
     # Found through the partial index sched_workload_reserved: the backlog is not read.
     stale = Workload.objects.filter(state__in=WAITING).exclude(reserved_placements=[]).exclude(pk__in=list(keep))
     stale.update(reserved_placements=[])
-    changed = {wid: placements for wid, placements in keep.items() if loaded.get(wid) != placements}
-    if connection.vendor == "postgresql":
-        rows_update(
-            model=Workload,
-            fields=["reserved_placements"],
-            rows={wid: (placements,) for wid, placements in changed.items()},
-            extra_where="t.state IN ('pending', 'requeued')",
-        )
-        return
-    for wid, placements in changed.items():
-        Workload.objects.filter(pk=wid, state__in=WAITING).update(reserved_placements=placements)
+    rows_update(
+        model=Workload,
+        fields=["reserved_placements"],
+        rows={wid: (placements,) for wid, placements in keep.items() if loaded.get(wid) != placements},
+        states=WAITING,
+    )
 
 
 def pending_info_save(result: RoundResult, *, loaded: dict[int, tuple] | None = None) -> int:
@@ -355,13 +350,13 @@ def pending_info_save(result: RoundResult, *, loaded: dict[int, tuple] | None = 
     positions are not stored: one admission moves every position behind it, so a deep queue would
     rewrite thousands of rows a round; selectors.queue_positions computes them on read.
 
-    `loaded` (SnapshotIndex.pending_info) holds the values the round's snapshot read; on
-    PostgreSQL they stand in for a second read, the UPDATE's state condition skipping rows that
-    stopped waiting meanwhile. SQLite has no such condition here, so it reads them again."""
+    `loaded` (SnapshotIndex.pending_info) holds the values the round's snapshot read; they
+    stand in for a second read, the update's state condition skipping rows that stopped
+    waiting meanwhile."""
     wanted = {p.workload_id: (str(p.reason), p.message) for p in result.pending}
     if not wanted:
         return 0
-    if loaded is not None and connection.vendor == "postgresql":
+    if loaded is not None:
         current = loaded
     else:
         current = {}
@@ -374,17 +369,17 @@ def pending_info_save(result: RoundResult, *, loaded: dict[int, tuple] | None = 
             model=Workload,
             fields=["pending_reason", "pending_message"],
             rows=changed,
-            extra_where="t.state IN ('pending', 'requeued')",
+            states=WAITING,
         )
 
 
 def _follow_up(report: RoundReport, result: RoundResult, actor: Actor, now: datetime, index: SnapshotIndex) -> int:
-    from .execution import preemption_deadlines_enforce, workloads_start
+    from .execution import EXECUTOR_ACTOR, preemption_deadlines_enforce, workloads_start
 
     # The admitted gangs start first: their GPUs are held from the commit on, and the waiting
     # ones' reasons can be written while they run.
     workloads_start(
-        actor=Actor.automation("executor"),
+        actor=EXECUTOR_ACTOR,
         now=now,
         workload_ids=[a[0] for a in report.admitted if a[0] not in report.started_in_commit],
     )

@@ -63,8 +63,6 @@ def test_the_follow_up_writes_only_the_rows_whose_reason_or_message_changed(back
 
 
 def test_a_row_that_stopped_waiting_after_the_snapshot_is_left_alone(backlog, clock):
-    if connection.vendor != "postgresql":
-        pytest.skip("the loaded values stand in for a second read on PostgreSQL only")
     run_round(clock)
     snapshot, index = snapshot_load(now=clock.now)
     result = schedule(snapshot)
