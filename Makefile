@@ -24,6 +24,7 @@ demo: install
 
 test: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(PY) manage.py makemigrations --check --dry-run
 	$(VENV)/bin/pytest -n 2 $(PYTEST_ARGS)
 
@@ -32,3 +33,4 @@ test-fast: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports

@@ -10,7 +10,7 @@ path (PostgreSQL, placement rounds, the simulated executor), side by side with K
 mean time to admission per class; with several speed-ups, one run each and a table side by
 side. The goal (issue 6): >= 430 admissions/s at >= 55.9 % quota usage. A scratch database
 `<name>_admission_bench` is created next to DATABASE_URL's and dropped afterwards. Details:
-scheduling/bench_admission.py."""
+bench/admission_loop.py."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scheduling.bench_admission import main  # noqa: E402
+from bench.admission_loop import main  # noqa: E402
 
 if __name__ == "__main__":
     raise SystemExit(main())

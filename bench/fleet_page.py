@@ -89,7 +89,7 @@ def build_fleet(nodes: int) -> None:
 
 def naive_fleet_overview():
     """The overview written the obvious way: for each node, read its GPUs, then its allocations."""
-    from fleet import selectors
+    from console import selectors
     from fleet.models import GpuFlavor, Node
     from scheduling.models import Allocation
 
@@ -176,8 +176,8 @@ def main() -> int:
     try:
         started = time.perf_counter()
         build_fleet(args.nodes)
+        from console.selectors import fleet_overview
         from fleet.models import Gpu, Node
-        from fleet.selectors import fleet_overview
 
         print(f"database: {connection.vendor} ({db_name}); {Node.objects.count()} nodes, "
               f"{Gpu.objects.count()} GPUs; built in {time.perf_counter() - started:.1f} s")
@@ -197,7 +197,7 @@ def main() -> int:
             return fetch
 
         def overview_page_naive():
-            with mock.patch("fleet.views.fleet_overview", naive_fleet_overview):
+            with mock.patch("console.views.fleet_overview", naive_fleet_overview):
                 return get("/")()
 
         slow_repeat = max(3, args.repeat // 3)

@@ -21,7 +21,7 @@ empty caches (label blocks, value texts, exposition shapes), "2nd scrape" parses
 the first (the steady state of a 15 s scrape); prometheus_client as written = parse_exposition_reference
 (every line through the parser unchanged); naive regex = one regex per line, no escapes, no sentinels, no
 HELP/TYPE checks (fast and wrong on edge cases).
-Store (--store): health.bench_store.store_payloads, i.e. health.services.dcgm_ingest_many in batches of
+Store (--store): bench.ingest_store.store_payloads, i.e. health.services.dcgm_ingest_many in batches of
 health.services.scrape.BATCH nodes, as the scrape runs it; its ms/payload is a batch's CPU time divided by
 its payloads.
 Kernel log: noise lines mixed with Xid lines in every prefix format plus near misses (SXid, _kgspLogXid119).
@@ -56,7 +56,7 @@ from health.core import dcgm, kernel_log  # noqa: E402
 #   payloads are (node_name, exposition_text) with node names bench-0000...; the function prepares
 #   whatever rows it needs, stores every reading through the real ingest service, and returns the
 #   number of GPU readings stored.
-STORE_HOOK = "health.bench_store:store_payloads"
+STORE_HOOK = "bench.ingest_store:store_payloads"
 
 GAUGES = [
     "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_GPU_TEMP",

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scheduling.engine.baseline import schedule_first_fit  # noqa: E402
+from bench.baselines import schedule_first_fit  # noqa: E402
 from scheduling.engine.round import Round, SchedulerConfig  # noqa: E402
 from scheduling.engine.types import (  # noqa: E402
     GpuAssignment,
@@ -171,13 +171,13 @@ def timed(snap: Snapshot, pending: int, label: str) -> tuple[RoundResult, float]
 def end_to_end(args: argparse.Namespace) -> int:
     """(c) The Django round end to end: load the snapshot from the database, schedule, commit.
 
-    Provided by scheduling.bench_e2e (PostgreSQL from DATABASE_URL, in a scratch database)."""
+    Provided by bench.placement_e2e (PostgreSQL from DATABASE_URL, in a scratch database)."""
     try:
-        from scheduling import bench_e2e
+        from bench import placement_e2e
     except ImportError:
-        print("(c) end to end: scheduling/bench_e2e.py is missing (the scheduling-Django part provides it)")
+        print("(c) end to end: bench/placement_e2e.py is missing (the scheduling-Django part provides it)")
         return 2
-    return bench_e2e.run(make_snapshot(args.nodes, args.pending, args.seed, args.busy))
+    return placement_e2e.run(make_snapshot(args.nodes, args.pending, args.seed, args.busy))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
 
     snap = make_snapshot(args.nodes, args.pending, args.seed, args.busy)
     racks = len({n.rack for n in snap.nodes})
-    print(f"fleet: {args.nodes} nodes x {GPUS_PER_NODE} GPUs in {racks} racks, {len(snap.running)} busy nodes; "
+    print(f"console: {args.nodes} nodes x {GPUS_PER_NODE} GPUs in {racks} racks, {len(snap.running)} busy nodes; "
           f"{args.pending} pending (seed {args.seed})")
 
     mixed = with_typical_mix(snap)

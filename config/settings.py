@@ -30,6 +30,9 @@ INSTALLED_APPS = [
     "fleet",
     "scheduling",
     "health",
+    "integrations.slurm",
+    "console",
+    "demo",
 ]
 
 MIDDLEWARE = [
@@ -86,7 +89,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "fleet:overview"
+LOGIN_REDIRECT_URL = "console:overview"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
@@ -216,12 +219,12 @@ FLEETDECK = {
     # An executor's plain progress steps are written at most this often per workload.
     "PROGRESS_RECORD_SECONDS": env_int("PROGRESS_RECORD_SECONDS", 30),
     "DCGM_SCRAPE_SECONDS": env_int("DCGM_SCRAPE_SECONDS", 15),
-    # Simulated DCGM telemetry for the demo's simulated nodes (health/demo_telemetry.py); rundemo
+    # Simulated DCGM telemetry for the demo's simulated nodes (demo/telemetry.py); rundemo
     # turns it on for its worker and beat. Never on a real fleet.
     "DEMO_TELEMETRY": env_bool("DEMO_TELEMETRY", False),
     # One exporter's whole answer must arrive within this (connecting within 2 s of it).
     "DCGM_SCRAPE_TIMEOUT_SECONDS": env_int("DCGM_SCRAPE_TIMEOUT_SECONDS", 5),
-    # Slurm back-end (fleet/backends/slurm): inventory sync, drain/resume mirroring, executor.
+    # Slurm back-end (integrations/slurm): inventory sync, drain/resume mirroring, executor.
     "SLURM_ENABLED": env_bool("SLURM_ENABLED", False),
     "SLURM_SYNC_SECONDS": env_int("SLURM_SYNC_SECONDS", 30),
     "SLURM_BIN_DIR": env_str("SLURM_BIN_DIR", ""),
@@ -239,10 +242,9 @@ FLEETDECK = {
 }
 if FLEETDECK["SLURM_ENABLED"]:
     CELERY_BEAT_SCHEDULE["slurm_inventory_sync"] = {
-        "task": "fleet.slurm_inventory_sync",
+        "task": "slurm.inventory_sync",
         "schedule": float(FLEETDECK["SLURM_SYNC_SECONDS"]),
     }
-    CELERY_IMPORTS = [*CELERY_IMPORTS, "fleet.backends.slurm.tasks"]
 # Every PLACEMENT_ROUND_SECONDS (2 s): a placement round, and a simulated-executor tick (progress,
 # checkpoints, completions, preemption deadlines). Submissions and finishes also trigger a round.
 CELERY_BEAT_SCHEDULE["placement_round"] = {
@@ -261,8 +263,8 @@ CELERY_BEAT_SCHEDULE["health_nodes_mark_stale"] = {"task": "health.nodes_mark_st
 CELERY_BEAT_SCHEDULE["health_workloads_watchdog"] = {"task": "health.workloads_watchdog", "schedule": 300.0}
 CELERY_BEAT_SCHEDULE["health_readings_prune"] = {"task": "health.readings_prune", "schedule": 3600.0}
 if FLEETDECK["DEMO_TELEMETRY"]:
-    CELERY_BEAT_SCHEDULE["health_demo_telemetry"] = {
-        "task": "health.demo_telemetry", "schedule": 15.0, "options": {"expires": 15.0}}
+    CELERY_BEAT_SCHEDULE["demo_telemetry"] = {
+        "task": "demo.telemetry", "schedule": 15.0, "options": {"expires": 15.0}}
 CELERY_BEAT_SCHEDULE["executor_tick"] = {
     "task": "scheduling.executor_tick",
     "schedule": float(FLEETDECK["PLACEMENT_ROUND_SECONDS"]),

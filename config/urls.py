@@ -21,5 +21,5 @@ urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("scheduling/", include("scheduling.urls")),
     path("health/", include("health.urls")),
-    path("", include("fleet.urls")),
+    path("", include("console.urls")),
 ]

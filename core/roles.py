@@ -3,10 +3,20 @@
 One place answers "may this user do X", so views and API permissions never re-derive it."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.contrib.auth.models import AnonymousUser, User
 
 OPERATORS_GROUP = "operators"
 VIEWERS_GROUP = "viewers"
+
+# user -> ids of the teams they belong to; scheduling (which owns teams) registers it in ready().
+_team_ids_source: Callable[[User], frozenset[int]] = lambda user: frozenset()  # noqa: E731
+
+
+def register_team_ids_source(source: Callable[[User], frozenset[int]]) -> None:
+    global _team_ids_source
+    _team_ids_source = source
 
 
 def is_operator(user: User | AnonymousUser) -> bool:
@@ -27,9 +37,7 @@ def team_ids(user: User | AnonymousUser) -> frozenset[int]:
         return frozenset()
     cached = getattr(user, "_fleetdeck_team_ids", None)
     if cached is None:
-        from scheduling.models import TeamMembership
-
-        cached = frozenset(TeamMembership.objects.filter(user=user).values_list("team_id", flat=True))
+        cached = _team_ids_source(user)
         user._fleetdeck_team_ids = cached
     return cached
 

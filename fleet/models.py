@@ -91,6 +91,17 @@ class Node(models.Model):
         return self.state == NodeState.READY
 
 
+def placeholder_gpu_uuid(executor: str, cluster: str, node: str, index: int) -> str:
+    """The UUID of a GPU a backend counted but could not identify (Slurm knows a node's GPU count, not
+    its boards): "<EXECUTOR>-<cluster>-<node>-<index>", e.g. "SLURM-lab-g1-7". The node's agent later
+    replaces the row in place with the board's real UUID and PCI bus id."""
+    return f"{executor.upper()}-{cluster}-{node}-{index}"
+
+
+def is_placeholder_gpu_uuid(uuid: str) -> bool:
+    return uuid.startswith(tuple(f"{kind.upper()}-" for kind in ExecutorKind.values if kind != ExecutorKind.SIMULATED))
+
+
 class Gpu(models.Model):
     """One physical GPU. MIG instances, when enabled, are listed in `mig_instances`."""
 

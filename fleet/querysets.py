@@ -1,16 +1,14 @@
 """The inventory's query vocabulary."""
-from django.apps import apps
 from django.db import models
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q
 
+from . import hooks
 from .choices import GpuHealth, NodeState
 
 
 def active_allocations() -> models.QuerySet:
-    """Allocations still holding a GPU (scheduling owns the model; looked up lazily to keep the
-    import graph one-way: scheduling imports fleet, never the reverse at import time)."""
-    allocation = apps.get_model("scheduling", "Allocation")
-    return allocation.objects.filter(released_at__isnull=True)
+    """Allocations still holding a GPU (scheduling owns them and registers them in fleet.hooks)."""
+    return hooks.allocations(active=True)
 
 
 class NodeQuerySet(models.QuerySet):

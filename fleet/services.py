@@ -17,6 +17,7 @@ from django.utils import timezone
 from core.actors import Actor
 from core.audit import audit_record
 
+from . import hooks
 from .choices import NodeState
 from .importer import FleetSpec, check_fleet
 from .models import Gpu, GpuFlavor, Node, Rack, Spine
@@ -100,14 +101,15 @@ def node_uncordon(*, node: Node, reason: str, actor: Actor, override: bool = Fal
     Idempotent: a ready node is returned as it is, unaudited. Draining nodes are refused with
     NodeStateConflict, and so are nodes with an open repair ticket (in repair, burn-in, or cordoned
     with a ticket) unless `override` is set, which the health app audits on the ticket."""
-    from health.services.tickets import uncordon_check
-
     reason = _required_reason(reason, "uncordon")
     with transaction.atomic():
         locked = Node.objects.select_for_update().get(pk=node.pk)
         if locked.state == NodeState.READY:
             return locked
-        overridden = uncordon_check(node=locked, override=override, reason=reason, actor=actor)
+        # Health's gate keeps a node with an unfinished repair ticket out unless overridden.
+        overridden = None
+        for gate in hooks.uncordon_gates():
+            overridden = gate(node=locked, override=override, reason=reason, actor=actor) or overridden
         if locked.state in HEALTH_GATED_STATES and overridden is None:
             raise NodeStateConflict(
                 f"Node {locked.name} is {locked.get_state_display().lower()}; only the health workflow "
@@ -329,15 +331,13 @@ class _Importer:
 
     def check_gpu_moves(self, nodes: dict[str, Node], current: dict[str, Gpu], wanted: set[str]) -> None:
         """Refuses to remove or move GPUs that hold work or have allocation history."""
-        from scheduling.models import Allocation
-
         errors = []
         target_node = {g.uuid: nodes[n.name].pk for n in self.spec.nodes for g in n.gpus}
         removed = [g for g in current.values() if g.uuid not in wanted]
         moved = [g for g in current.values() if g.uuid in wanted and g.node_id != target_node[g.uuid]]
         if removed:
             with_history = set(
-                Allocation.objects.filter(gpu__in=removed).values_list("gpu_id", flat=True).distinct()
+                hooks.allocations(active=False).filter(gpu__in=removed).values_list("gpu_id", flat=True).distinct()
             )
             node_index = {n.name: i for i, n in enumerate(self.spec.nodes)}
             for gpu in removed:
@@ -349,7 +349,7 @@ class _Importer:
                     )
         if moved:
             busy = set(
-                Allocation.objects.filter(gpu__in=moved, released_at__isnull=True).values_list("gpu_id", flat=True)
+                hooks.allocations(active=True).filter(gpu__in=moved).values_list("gpu_id", flat=True)
             )
             for gpu in moved:
                 if gpu.pk in busy:

@@ -7,14 +7,18 @@ class HealthConfig(AppConfig):
 
     def ready(self) -> None:
         from core.metrics import register_collector
+        from fleet.hooks import register_uncordon_gate
         from scheduling.quota_requests.services import register_utilisation_source
         from scheduling.selectors import register_failure_source
 
         from .metrics import collect
         from .selectors import gpu_failures_since, utilised_by_queue_flavor
+        from .services.tickets import uncordon_check
 
         register_collector("health", collect)
         # Quota-request usage samples record how busy allocated GPUs really were (SM activity).
         register_utilisation_source(utilised_by_queue_flavor)
         # Checkpoint advice derives its MTBF from the fleet's real failure history.
         register_failure_source(gpu_failures_since)
+        # A node with an unfinished repair ticket is uncordoned only with an audited override.
+        register_uncordon_gate(uncordon_check)

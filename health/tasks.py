@@ -40,16 +40,3 @@ def readings_prune_task() -> int:
     from health.services import readings_prune
 
     return readings_prune(now=timezone.now())
-
-
-@shared_task(name="health.demo_telemetry", ignore_result=True, soft_time_limit=12, time_limit=14)
-def demo_telemetry_task() -> dict:
-    """Simulated DCGM telemetry for the demo's simulated nodes; does nothing unless
-    FLEETDECK["DEMO_TELEMETRY"] is on (beat schedules it only then, this guards a stray call)."""
-    from django.conf import settings
-
-    if not settings.FLEETDECK.get("DEMO_TELEMETRY"):
-        return {}
-    from health.demo_telemetry import demo_telemetry_ingest
-
-    return demo_telemetry_ingest()

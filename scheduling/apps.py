@@ -7,8 +7,14 @@ class SchedulingConfig(AppConfig):
 
     def ready(self) -> None:
         from core.metrics import register_collector
+        from core.roles import register_team_ids_source
+        from fleet.hooks import register_allocations
         from scheduling import executors  # noqa: F401 - registers the built-in executors
 
         from .metrics import collect_scheduling
+        from .selectors import allocations_for_fleet, team_ids_of
 
         register_collector("scheduling", collect_scheduling)
+        # Roles ask which teams a user belongs to; the inventory asks which GPUs hold allocations.
+        register_team_ids_source(team_ids_of)
+        register_allocations(allocations_for_fleet)

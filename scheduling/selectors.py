@@ -36,7 +36,7 @@ from .engine.types import (
     Topology,
     WorkloadSpec,
 )
-from .models import Allocation, PodSet, Preemption, PriorityClass, Queue, QueueQuota, Workload
+from .models import Allocation, PodSet, Preemption, PriorityClass, Queue, QueueQuota, TeamMembership, Workload
 
 SHAREABLE = (SharingMode.TIME_SLICING, SharingMode.MPS)
 
@@ -779,3 +779,14 @@ def _charge_lending(rows: list[dict]) -> None:
             can = idle if r["lending_limit"] is None else min(idle, r["lending_limit"])
             r["lent"] = min(can, owed)
             owed -= r["lent"]
+
+
+def team_ids_of(user) -> frozenset[int]:
+    """Ids of the teams the user is a member of (core.roles asks through its hook)."""
+    return frozenset(TeamMembership.objects.filter(user=user).values_list("team_id", flat=True))
+
+
+def allocations_for_fleet(*, active: bool):
+    """Allocations as fleet.hooks asks for them: those still holding their GPU, or all of them."""
+    qs = Allocation.objects.all()
+    return qs.filter(released_at__isnull=True) if active else qs

@@ -179,7 +179,7 @@ def node_drain_view(request, name: str):
             stopped = ", ".join(f"{s.workload.name} ({s.workload.state})" for s in outcome.stops)
             stopped = stopped or "nothing was running"
             messages.success(request, f"{node.name} drained: {stopped}.")
-            return redirect("fleet:node", node.name)
+            return redirect("console:node", node.name)
         return render(
             request,
             "scheduling/node_drain_confirm.html",

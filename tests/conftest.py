@@ -12,6 +12,9 @@ import pytest
 from django.contrib.auth.models import Group, User
 
 from core.roles import OPERATORS_GROUP
+from fleet.models import GpuFlavor
+from scheduling.models import Cohort, PriorityClass, Queue, QueueQuota
+from tests.cluster import Clock, make_cluster
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -51,6 +54,21 @@ def chromium_path() -> str:
     if not shutil.which(CHROMIUM):
         missing_service("Debian chromium at /usr/bin/chromium")
     return CHROMIUM
+
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+@pytest.fixture
+def browser(chromium_path):
+    """Headless Debian Chromium driven by Playwright (never a downloaded browser build)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
 
 
 @pytest.fixture(scope="session")
@@ -117,3 +135,41 @@ def team_member(db, team) -> User:
     user = _user("tess")
     TeamMembership.objects.create(team=team, user=user)
     return user
+
+
+# --- The seed's cluster (tests/cluster.py) ---------------------------------------------------
+
+
+@pytest.fixture
+def clock(time_machine) -> Clock:
+    return Clock(time_machine)
+
+
+@pytest.fixture
+def cluster(db) -> GpuFlavor:
+    return make_cluster()
+
+
+@pytest.fixture
+def classes(db) -> dict[str, PriorityClass]:
+    return {
+        "training-prod": PriorityClass.objects.create(
+            name="training-prod", value=1000, may_preempt=True, preemptible=False, grace_seconds=120
+        ),
+        "research-batch": PriorityClass.objects.create(
+            name="research-batch", value=100, preemptible=True, grace_seconds=60, min_runtime_seconds=600
+        ),
+        "eval": PriorityClass.objects.create(name="eval", value=50, preemptible=True, grace_seconds=30),
+    }
+
+
+@pytest.fixture
+def research_queue(team, cluster, classes) -> Queue:
+    queue = Queue.objects.create(name="research-q", team=team)
+    QueueQuota.objects.create(queue=queue, flavor=cluster, nominal=64)
+    return queue
+
+
+@pytest.fixture
+def cohort(db) -> Cohort:
+    return Cohort.objects.create(name="gpu-fleet")

@@ -143,9 +143,9 @@ def _parse_prefix(prefix: str, assume_tz: tzinfo, year: int | None) -> _Prefix:
         out.timestamp, out.host = match["ts"], match["host"]
         if year is not None:
             try:
-                stamp = datetime.strptime(f"{year} {match['ts']}", "%Y %b %d %H:%M:%S.%f" if "." in match["ts"]
-                                          else "%Y %b %d %H:%M:%S")  # journalctl -o short-precise
-                out.at = stamp.replace(tzinfo=assume_tz)
+                # journalctl -o short-precise adds microseconds; the line itself carries no zone.
+                fmt = "%Y %b %d %H:%M:%S.%f" if "." in match["ts"] else "%Y %b %d %H:%M:%S"
+                out.at = datetime.strptime(f"{year} {match['ts']}", fmt).replace(tzinfo=assume_tz)
             except ValueError:
                 out.at = None
     elif match := _MONOTONIC_PREFIX.match(prefix):

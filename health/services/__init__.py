@@ -6,7 +6,7 @@ For other parts:
 - kernel_log_ingest(*, node, lines, actor, dry_run, now) -> KernelLogOutcome
 - app_fault(*, workload, kind, nodes, actor, now) -> SignalOutcome
 - agent_register(*, node, payload, now) / agent_heartbeat(*, node, payload, burn_in, now)
-- ticket_open / ticket_transition / burn_in_record; uncordon_check (fleet.services.node_uncordon calls it)
+- ticket_open / ticket_transition / burn_in_record; uncordon_check (the uncordon gate health registers in fleet.hooks)
 - condition_record / condition_resolve: repeating conditions (a node Slurm reports DOWN, a failing scrape)
 - nodes_mark_stale, workloads_watchdog, exporters_scrape, readings_prune (beat tasks)"""
 

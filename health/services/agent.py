@@ -13,9 +13,8 @@ from django.utils import timezone
 from core.actors import Actor
 from core.audit import audit_record
 from fleet.agent.payloads import GpuHealth, HeartbeatPayload, RegisterPayload, XidEvent
-from fleet.backends.slurm.sync import is_unidentified_uuid
 from fleet.choices import GpuHealth as GpuHealthState
-from fleet.models import Gpu, Node
+from fleet.models import Gpu, Node, is_placeholder_gpu_uuid
 from health.choices import EventSource, Reporter, TicketState
 from health.core import policy
 from health.core.pci import normalize_pci_bus_id
@@ -85,7 +84,7 @@ def agent_register(*, node: Node, payload: RegisterPayload, now: datetime | None
         if foreign:
             raise ValidationError({"gpus": [f"GPU {sorted(foreign)[0]} belongs to another node"]})
         _park_renumbered(payload, current)
-        unidentified = {g.index: g for g in current.values() if is_unidentified_uuid(g.uuid)}
+        unidentified = {g.index: g for g in current.values() if is_placeholder_gpu_uuid(g.uuid)}
         for spec in payload.gpus:
             gpu = current.get(spec.uuid)
             if gpu is None and spec.index in unidentified:

@@ -189,7 +189,7 @@ def burn_in_record(
 
 
 def uncordon_check(*, node: Node, override: bool, reason: str, actor: Actor) -> RepairTicket | None:
-    """Called by fleet.services.node_uncordon inside its transaction.
+    """fleet.services.node_uncordon calls it inside its transaction (registered in fleet.hooks).
 
     A node with an unfinished ticket stays out of service unless the operator overrides, which
     is audited on the ticket. Returns the overridden ticket (None when there is none)."""

@@ -1,18 +1,10 @@
-"""The seed's cluster (from tests/scheduling), node tokens and an API client per role."""
+"""Node tokens, kernel-log lines for the seed's cluster (tests/conftest.py) and an API client per role."""
 from __future__ import annotations
 
 import pytest
 from rest_framework.test import APIClient
 
 from fleet.models import Gpu, Node, NodeAgentToken
-from tests.scheduling.conftest import (  # noqa: F401  (fixtures)
-    Clock,
-    api_for,
-    classes,
-    clock,
-    cluster,
-    research_queue,
-)
 
 XID_79 = "May 18 19:02:39 kernel: NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus."
 

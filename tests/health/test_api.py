@@ -6,8 +6,9 @@ from rest_framework.test import APIClient
 
 from fleet.models import Gpu, Node
 from health.models import AgentStatus, GpuReading, HealthEvent, RepairTicket
+from tests.cluster import api_for
 
-from .conftest import XID_79, agent_client, api_for, xid_line
+from .conftest import XID_79, agent_client, xid_line
 
 DCGM = (
     'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-H100-SXM-80GB-1-0"} 40\n'

@@ -23,9 +23,9 @@ from health.services import (
 from health.services.remediation import SUSPECT_LABEL
 from scheduling.choices import WorkloadState
 from scheduling.models import Workload
-from tests.scheduling.conftest import nodes_of, run_round, submit, training
+from tests.cluster import api_for, nodes_of, run_round, submit, training
 
-from .conftest import agent_client, api_for
+from .conftest import agent_client
 
 OPS = Actor.automation("test-operator")
 

@@ -8,14 +8,14 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
+from console.selectors import fleet_overview
 from fleet.models import Gpu, Node
-from fleet.selectors import fleet_overview
 from health.models import GpuReading, HealthEvent, RepairTicket
 from health.selectors import idle_allocated_gpus
 from health.services import ReadingRow, readings_prune, readings_store, ticket_open
-from tests.scheduling.conftest import run_round, submit, training
+from tests.cluster import api_for, run_round, submit, training
 
-from .conftest import XID_79, api_for, xid_line
+from .conftest import XID_79, xid_line
 from .test_loops import OPS
 
 

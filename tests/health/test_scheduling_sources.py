@@ -14,7 +14,7 @@ from health.selectors import gpu_failures_since, utilised_by_queue_flavor
 from scheduling.models import Allocation, QueueUsageSample
 from scheduling.quota_requests.services import quota_usage_sample
 from scheduling.selectors import DEFAULT_MTBF_GPU_HOURS
-from tests.scheduling.conftest import api_for, run_round, submit, training
+from tests.cluster import api_for, run_round, submit, training
 
 from .conftest import agent_client, xid_line
 

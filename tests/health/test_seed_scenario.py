@@ -9,7 +9,7 @@ from health.models import HealthEvent, RepairTicket
 from scheduling.choices import WorkloadState
 from scheduling.models import Allocation, Workload
 from scheduling.services import executor_tick
-from tests.scheduling.conftest import nodes_of, run_round, submit, training
+from tests.cluster import nodes_of, run_round, submit, training
 
 from .conftest import agent_client, xid_line
 
@@ -32,7 +32,7 @@ def _place_the_seed_jobs(team_member, clock):
 
 
 def api_for_member(user):
-    from tests.scheduling.conftest import api_for
+    from tests.cluster import api_for
 
     return api_for(user)
 

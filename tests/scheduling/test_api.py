@@ -7,8 +7,7 @@ from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from scheduling.models import Allocation, Queue, QueueQuota, Team, TeamMembership, Workload
-
-from .conftest import FLAVOR, api_for, make_cluster, run_round, submit, training
+from tests.cluster import FLAVOR, api_for, make_cluster, run_round, submit, training
 
 EXAMPLE = {
     "name": "train-a",

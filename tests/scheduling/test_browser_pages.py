@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 
 from core.actors import Actor
-from fleet.demo import H100_FLAVOR
+from demo.fleet import H100_FLAVOR
 from scheduling.choices import WorkloadState
 from scheduling.models import Allocation, Workload
 from scheduling.selectors import queue_positions
@@ -21,8 +21,6 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
 OPS = Actor.automation("test")
 
 
@@ -42,16 +40,6 @@ def seeded(transactional_db):
     running = Workload.objects.filter(state=WorkloadState.RUNNING, team__name="research").order_by("pk").first()
     assert running is not None
     return running, waiting
-
-
-@pytest.fixture
-def browser(chromium_path):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 def test_queues_and_workload_pages_render_the_round(seeded, browser, live_server, artifacts_dir):

@@ -18,8 +18,7 @@ from core.actors import Actor
 from scheduling.choices import ACTIVE_STATES
 from scheduling.models import Allocation, PlacementRound, Workload, WorkloadTransition
 from scheduling.services import workload_cancel, workload_submit
-
-from .conftest import FLAVOR
+from tests.cluster import FLAVOR
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = Actor.automation("test")

@@ -8,8 +8,7 @@ from fleet.models import Node
 from scheduling.choices import WorkloadState
 from scheduling.models import Allocation, Workload
 from scheduling.services import workload_submit
-
-from .conftest import nodes_of, run_round, training
+from tests.cluster import nodes_of, run_round, training
 
 OPS = Actor.automation("test")
 

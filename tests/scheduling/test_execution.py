@@ -12,8 +12,7 @@ from scheduling.choices import WorkloadState
 from scheduling.executors import Executor, base, executor_for_kind, register_executor
 from scheduling.models import Allocation, Workload
 from scheduling.services import executor_tick, workload_cancel, workload_stop_gang, workload_submit
-
-from .conftest import run_round, training
+from tests.cluster import run_round, training
 
 HEALTH = Actor.automation("health")
 
@@ -196,8 +195,7 @@ def test_beat_runs_a_placement_round_every_two_seconds_by_default(settings):
 def test_cordon_only_stops_new_placements_and_drain_stops_the_gang_within_its_grace(research_queue, clock):
     from fleet.services import node_cordon
     from scheduling.services import node_drain
-
-    from .conftest import nodes_of
+    from tests.cluster import nodes_of
 
     ops = Actor.automation("test")
     spec = training("job", 8, checkpoint={"enabled": True, "write_seconds": 120}, checkpoint_interval_seconds=600)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import api_for, run_round, submit, training
+from tests.cluster import api_for, run_round, submit, training
 
 
 def test_metrics_show_pending_by_class_and_queue_time_to_bind_and_round_durations(
@@ -46,8 +46,7 @@ def test_metrics_count_preemptions_by_reason_and_restarts_apart_from_fresh_admis
     from core.actors import Actor
     from scheduling.models import Queue, QueueQuota
     from scheduling.services import workload_cancel, workload_submit
-
-    from .conftest import make_cluster
+    from tests.cluster import make_cluster
 
     queue = Queue.objects.create(name="research-q", team=team)
     QueueQuota.objects.create(queue=queue, flavor=make_cluster(nodes=2, per_rack=2), nominal=64)

@@ -9,8 +9,7 @@ from core.actors import Actor
 from fleet.models import Node
 from scheduling.models import Preemption, Queue, QueueQuota, Workload
 from scheduling.services import executor_tick, workload_submit
-
-from .conftest import api_for, make_cluster, run_round, submit, training
+from tests.cluster import api_for, make_cluster, run_round, submit, training
 
 
 def _login(user) -> Client:
@@ -54,9 +53,9 @@ def test_an_operator_drains_a_node_from_its_page_after_confirming(research_queue
     run_round(clock)
     ops = _login(operator)
 
-    node_page = ops.get(reverse("fleet:node", args=["n1"]))
+    node_page = ops.get(reverse("console:node", args=["n1"]))
     assert node_page.status_code == 200 and b'id="drain-form"' in node_page.content
-    assert b'id="drain-form"' not in _login(team_member).get(reverse("fleet:node", args=["n1"])).content
+    assert b'id="drain-form"' not in _login(team_member).get(reverse("console:node", args=["n1"])).content
     missing = ops.post("/scheduling/nodes/n1/drain/", {"reason": " ", "grace_seconds": 30})
     assert missing.status_code == 400 and b"required" in missing.content
 
@@ -70,7 +69,7 @@ def test_an_operator_drains_a_node_from_its_page_after_confirming(research_queue
     train = Workload.objects.get(name="train")
     # Graceful: it keeps every GPU of its gang until it has left, then is requeued.
     assert train.state == "preempting" and train.allocations.filter(released_at__isnull=True).count() == 32
-    assert b"train (preempting)" in ops.get(reverse("fleet:node", args=["n1"])).content
+    assert b"train (preempting)" in ops.get(reverse("console:node", args=["n1"])).content
     clock.advance(31)
     executor_tick(now=clock.now)
     train.refresh_from_db()

@@ -13,8 +13,7 @@ from scheduling.engine import schedule
 from scheduling.models import PriorityClass, Workload
 from scheduling.selectors import queue_positions, snapshot_load, typical_mix_cached, typical_mix_load
 from scheduling.services.rounds import pending_info_save
-
-from .conftest import api_for, run_round, submit, training
+from tests.cluster import api_for, run_round, submit, training
 
 
 def _waiting_info() -> dict[int, tuple]:

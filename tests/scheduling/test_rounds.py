@@ -11,8 +11,7 @@ from scheduling.choices import WorkloadState
 from scheduling.models import Allocation, Preemption, Queue, QueueQuota, Team, Workload, WorkloadTransition
 from scheduling.selectors import queue_positions
 from scheduling.services import executor_tick, workload_submit
-
-from .conftest import FLAVOR, make_cluster, nodes_of, run_round, training
+from tests.cluster import FLAVOR, make_cluster, nodes_of, run_round, training
 
 OPS = Actor.automation("test")
 

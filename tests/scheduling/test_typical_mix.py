@@ -8,8 +8,7 @@ from scheduling.choices import WorkloadState
 from scheduling.engine.types import PodSetShape
 from scheduling.models import PodSet, Workload
 from scheduling.selectors import snapshot_load, typical_mix_load
-
-from .conftest import FLAVOR, api_for, nodes_of, run_round, submit
+from tests.cluster import FLAVOR, api_for, nodes_of, run_round, submit
 
 
 def job(name: str, *, gpus: int = 1, replicas: int = 1, milli: int | None = None, products: list[str] | None = None,

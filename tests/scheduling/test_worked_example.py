@@ -8,8 +8,7 @@ from fleet.models import Node
 from scheduling.choices import WorkloadState
 from scheduling.models import Allocation, Workload
 from scheduling.services import executor_tick
-
-from .conftest import api_for, nodes_of, run_round, submit, training
+from tests.cluster import api_for, nodes_of, run_round, submit, training
 
 
 def _eval(i: int) -> dict:

@@ -1,0 +1,11 @@
+from django.urls import path
+
+from . import views
+
+app_name = "console"
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("nodes/<str:name>/", views.node_page, name="node"),
+    path("nodes/<str:name>/cordon/", views.node_action, {"action": "cordon"}, name="node-cordon"),
+    path("nodes/<str:name>/uncordon/", views.node_action, {"action": "uncordon"}, name="node-uncordon"),
+]

@@ -1,0 +1,98 @@
+"""Fleet pages: the overview and one node, with the operator's cordon / uncordon."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from core.actors import Actor
+from core.roles import is_operator
+from fleet import services
+from fleet.choices import NODE_STATE_COLORS, ExecutorKind, NodeState
+from fleet.forms import NodeReasonForm
+from fleet.models import Node
+from scheduling.quota_requests.selectors import sizing_signals
+
+from . import charts
+from .selectors import GpuStatus, NodeDetail, fleet_overview, node_detail
+
+# action → (button label, service, past tense for the message)
+NODE_ACTIONS = {
+    "cordon": ("Cordon", services.node_cordon, "cordoned"),
+    "uncordon": ("Uncordon", services.node_uncordon, "uncordoned"),
+}
+# What an operator may do from each state. Draining, repair and burn-in end through their own
+# workflows (drain completion, the health app), so the page offers nothing there.
+ACTIONS_BY_STATE = {
+    NodeState.READY: ("cordon",),
+    NodeState.UNKNOWN: ("cordon", "uncordon"),
+    NodeState.CORDONED: ("uncordon",),
+}
+
+
+@require_GET
+def overview(request: HttpRequest) -> HttpResponse:
+    data = fleet_overview()
+    context = {
+        "data": data,
+        "capacity_chart": charts.figure_div(charts.capacity_figure(data.flavors), "capacity-chart"),
+        "rack_grid": charts.rack_grid_html(data.racks),
+        "gpu_legend": GpuStatus.LEGEND,
+        "state_legend": [(NodeState(s).label, color) for s, color in NODE_STATE_COLORS.items()],
+        # Operators size quotas: queues pinned at or idling far below theirs (three queries at most).
+        "sizing_signals": sizing_signals() if is_operator(request.user) else None,
+    }
+    return render(request, "fleet/overview.html", context)
+
+
+def _detail_or_404(name: str) -> NodeDetail:
+    try:
+        return node_detail(name)
+    except Node.DoesNotExist:
+        raise Http404(f"No node named {name!r}.") from None
+
+
+def _render_node(request: HttpRequest, detail: NodeDetail, forms: dict | None = None, status: int = 200):
+    action_forms = []
+    if is_operator(request.user):
+        forms = forms or {}
+        # A refused form is shown even where the state offers no action, to carry its error.
+        actions = [a for a in NODE_ACTIONS if a in forms or a in ACTIONS_BY_STATE.get(detail.node.state, ())]
+        action_forms = [(a, NODE_ACTIONS[a][0], forms.get(a) or NodeReasonForm()) for a in actions]
+    context = {"detail": detail, "node": detail.node, "action_forms": action_forms}
+    return render(request, "fleet/node_detail.html", context, status=status)
+
+
+@require_GET
+def node_page(request: HttpRequest, name: str) -> HttpResponse:
+    return _render_node(request, _detail_or_404(name))
+
+
+@require_POST
+def node_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
+    """Two POSTs: the first validates the reason and asks for confirmation, the second
+    (confirm=yes) calls the service."""
+    if not is_operator(request.user):
+        raise PermissionDenied("Only operators may cordon or uncordon nodes.")
+    label, service, done = NODE_ACTIONS[action]
+    detail = _detail_or_404(name)
+    form = NodeReasonForm(request.POST)
+    if not form.is_valid():
+        return _render_node(request, detail, {action: form}, status=400)
+    if not form.confirmed:
+        context = {"node": detail.node, "detail": detail, "action": action, "label": label, "form": form}
+        return render(request, "fleet/node_confirm.html", context)
+    try:
+        extra = {"override": form.cleaned_data["override"]} if action == "uncordon" else {}
+        service(node=detail.node, reason=form.cleaned_data["reason"], actor=Actor.for_user(request.user), **extra)
+    except ValidationError as exc:
+        form.add_error(None, exc.messages)
+        return _render_node(request, detail, {action: form}, status=400)
+    message = f"Node {name} {done}: {form.cleaned_data['reason']}"
+    if detail.node.executor == ExecutorKind.SLURM:
+        # Slurm applies it asynchronously; the Slurm panel shows whether it did or why not.
+        message += " (Slurm is applying it: see the Slurm panel)"
+    messages.success(request, message)
+    return redirect("console:node", name=name)

@@ -1,0 +1,368 @@
+"""Reconciling Fleetdeck's inventory with a Slurm cluster, and recording what Slurm did with a
+cordon. Services in the project's shape: keyword-only, one transaction, audited.
+
+Slurm-side facts live in Node.labels under "slurm.*" keys (state, reason, whether the last
+drain/resume was applied and why not), so the node page can show them without a schema change.
+
+Who wins: Fleetdeck's cordon is the operator's intent and is never undone by the sync; a drain
+made in Slurm by someone else cordons the node in Fleetdeck (cordoned_by "slurm") and is undone
+when Slurm resumes it; a node Slurm has marked DOWN (it stopped answering) becomes UNKNOWN, its
+gangs are requeued and the health app records a heartbeat_lost event (source "slurm"), resolved
+when the node answers again."""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from core.actors import Actor
+from core.audit import audit_record
+from fleet import flavors as flavor_names
+from fleet.choices import ExecutorKind, GpuHealth, NodeState
+from fleet.models import Gpu, GpuFlavor, Node, Rack, Spine, placeholder_gpu_uuid
+
+from . import parsers
+from .cli import SlurmCli, get_cli
+
+log = logging.getLogger(__name__)
+
+POOL = "slurm"
+# The actor of changes Slurm made (a drain by an admin, a resume): cordoned_by shows "slurm".
+SLURM_ACTOR = Actor(label="slurm")
+SYNC_ACTOR = Actor.automation("slurm-sync")
+# Used only when the default flavor does not exist yet.
+_DEFAULT_PRODUCT = ("NVIDIA H100 80GB HBM3", 81559)
+
+
+@dataclass
+class SyncResult:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    cordoned: list[str] = field(default_factory=list)
+    uncordoned: list[str] = field(default_factory=list)
+    not_responding: list[str] = field(default_factory=list)
+    recovered: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    requeued: list[str] = field(default_factory=list)  # workload names
+    conflicts: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        parts = [f"{name}: {', '.join(values)}" for name, values in vars(self).items() if values]
+        return "; ".join(parts) or "no changes"
+
+
+def _conf(key: str, default: Any = None) -> Any:
+    return settings.FLEETDECK.get(key, default)
+
+
+def slurm_inventory_sync(*, actor: Actor, cli: SlurmCli | None = None) -> SyncResult:
+    """Create or update racks, nodes and GPUs from Slurm, and mirror Slurm's node states.
+
+    Slurm is read before the transaction opens, so no row lock is held while slurmctld is slow."""
+    cli = cli or get_cli()
+    nodes = cli.nodes()
+    partition = _conf("SLURM_PARTITION", "")
+    if partition:
+        nodes = [n for n in nodes if partition in n.partitions]
+    topology = cli.topology()
+    cluster = _conf("SLURM_CLUSTER_NAME", "") or cli.cluster_name()
+    with transaction.atomic():
+        return _Reconciler(cluster=cluster, topology=topology, actor=actor).run(nodes)
+
+
+class _Reconciler:
+    def __init__(self, *, cluster: str, topology: parsers.Topology, actor: Actor) -> None:
+        self.cluster = cluster
+        self.topology = topology
+        self.actor = actor
+        self.result = SyncResult()
+        self.now = timezone.now()
+
+    def run(self, slurm_nodes: list[parsers.SlurmNode]) -> SyncResult:
+        existing = {n.name: n for n in Node.objects.select_for_update().filter(name__in=[s.name for s in slurm_nodes])}
+        for snode in slurm_nodes:
+            node = existing.get(snode.name)
+            if node is not None and node.executor != ExecutorKind.SLURM:
+                # A node another executor runs: never take it over silently.
+                self.result.conflicts.append(snode.name)
+                log.warning("Slurm node %s exists in Fleetdeck with executor %s; not synced", node.name, node.executor)
+                continue
+            node = self._upsert_node(snode, node)
+            self._sync_gpus(node, snode)
+            self._mirror_state(node, snode)
+        self._mark_missing({s.name for s in slurm_nodes})
+        return self.result
+
+    # --- inventory -------------------------------------------------------------------------
+
+    def _rack_for(self, name: str) -> Rack:
+        leaf = self.topology.leaf_of(name)
+        rack_name = leaf.name if leaf else f"slurm-{self.cluster}"
+        parent = self.topology.parent_of(leaf.name) if leaf else None
+        spine = None
+        if parent is not None:
+            spine, created = Spine.objects.get_or_create(name=parent.name)
+            if created:
+                audit_record(actor=self.actor, verb="spine.create", target=spine, reason="Slurm topology")
+        rack, created = Rack.objects.get_or_create(name=rack_name, defaults={"spine": spine})
+        if created:
+            audit_record(actor=self.actor, verb="rack.create", target=rack, reason="Slurm topology",
+                         after={"spine": spine.name if spine else None})
+        elif spine is not None and rack.spine_id != spine.pk:
+            before = {"spine": rack.spine.name if rack.spine else None}
+            rack.spine = spine
+            rack.save(update_fields=["spine"])
+            audit_record(actor=self.actor, verb="rack.update", target=rack, reason="Slurm topology",
+                         before=before, after={"spine": spine.name})
+        return rack
+
+    def _flavor_for(self, gres_type: str | None) -> GpuFlavor | None:
+        spec = _flavor_spec(gres_type)
+        if spec is None:
+            log.warning("Slurm GRES type %r names no single flavor; map it in SLURM_GRES_FLAVORS", gres_type)
+            return None
+        name, product, memory = spec
+        defaults = {"product": product, "memory_mib": memory}
+        flavor, created = GpuFlavor.objects.get_or_create(name=name, defaults=defaults)
+        if created:
+            audit_record(actor=self.actor, verb="flavor.create", target=flavor, reason=f"Slurm GRES type {gres_type}",
+                         after={"product": product, "memory_mib": memory})
+        return flavor
+
+    def _upsert_node(self, snode: parsers.SlurmNode, node: Node | None) -> Node:
+        values = {
+            "rack": self._rack_for(snode.name),
+            "flavor": self._flavor_for(snode.gpus.type) if snode.gpus.count else None,
+            "hostname": snode.address if snode.address not in ("", "localhost") else (snode.hostname or snode.name),
+            "cpu_cores": snode.cpus,
+            "memory_mib": snode.real_memory_mib,
+        }
+        if node is None:
+            node = Node(name=snode.name, pool=POOL, executor=ExecutorKind.SLURM, **values)
+            node.labels = {"slurm.cluster": self.cluster}
+            node.full_clean()
+            node.save()
+            audit_record(actor=self.actor, verb="node.create", target=node, reason="Slurm inventory sync",
+                         after=_describe(values))
+            self.result.created.append(node.name)
+            return node
+        changed = {k: v for k, v in values.items() if getattr(node, k) != v}
+        if changed:
+            before = _describe({k: getattr(node, k) for k in changed})
+            for key, value in changed.items():
+                setattr(node, key, value)
+            node.save(update_fields=list(changed))
+            audit_record(actor=self.actor, verb="node.update", target=node, reason="Slurm inventory sync",
+                         before=before, after=_describe(changed))
+            self.result.updated.append(node.name)
+        return node
+
+    def _sync_gpus(self, node: Node, snode: parsers.SlurmNode) -> None:
+        wanted = snode.gpus.count
+        current = {g.index: g for g in node.gpus.all()}
+        flavor = node.flavor
+        added = [
+            Gpu(
+                uuid=placeholder_gpu_uuid(POOL, self.cluster, node.name, index),
+                node=node,
+                index=index,
+                product=flavor.product if flavor else "",
+                memory_mib=flavor.memory_mib if flavor else 0,
+            )
+            for index in range(wanted)
+            if index not in current
+        ]
+        Gpu.objects.bulk_create(added)
+        extra = [g for index, g in current.items() if index >= wanted]
+        # A GPU that allocations point at is kept (PROTECT) but taken out of service.
+        referenced = Gpu.objects.filter(pk__in=[g.pk for g in extra], allocations__isnull=False)
+        held = set(referenced.values_list("pk", flat=True))
+        Gpu.objects.filter(pk__in=[g.pk for g in extra if g.pk not in held]).delete()
+        Gpu.objects.filter(pk__in=held).update(health=GpuHealth.UNHEALTHY)
+        if added or extra:
+            audit_record(actor=self.actor, verb="node.gpus_sync", target=node, reason=f"Slurm GRES {wanted} GPUs",
+                         before={"gpus": len(current)}, after={"gpus": wanted, "kept_unhealthy": len(held)})
+
+    # --- state -----------------------------------------------------------------------------
+
+    def _mirror_state(self, node: Node, snode: parsers.SlurmNode) -> None:
+        labels = dict(node.labels)
+        labels.update({"slurm.cluster": self.cluster, **_slurm_facts(snode)})
+        state = snode.state
+        if state.failed:
+            self._went_down(node, snode, labels)
+        else:
+            if labels.pop("slurm.not_responding", False):
+                self._came_back(node, snode)
+            if state.drain:
+                self._drained_in_slurm(node, snode)
+            else:
+                self._undrained_in_slurm(node, labels)
+        if labels != node.labels:
+            Node.objects.filter(pk=node.pk).update(labels=labels)
+            node.labels = labels
+
+    def _went_down(self, node: Node, snode: parsers.SlurmNode, labels: dict[str, Any]) -> None:
+        if labels.get("slurm.not_responding"):
+            return  # already handled on an earlier sync
+        labels["slurm.not_responding"] = True
+        reason = f"Slurm reports {node.name} {snode.state}" + (f": {snode.reason.text}" if snode.reason else "")
+        before = {"state": node.state}
+        if node.state == NodeState.READY:
+            Node.objects.filter(pk=node.pk).update(state=NodeState.UNKNOWN)
+            node.state = NodeState.UNKNOWN
+        audit_record(actor=self.actor, verb="node.not_responding", target=node, reason=reason, before=before,
+                     after={"state": node.state, "slurm.state": str(snode.state)})
+        self._health_event(node, reason)
+        self.result.not_responding.append(node.name)
+        self._requeue_workloads_on(node, reason)
+
+    def _health_event(self, node: Node, reason: str) -> None:
+        """The health app's record of the outage: it shows on the node's health tab and events page,
+        resolved when Slurm hears from the node again. One event per outage (the key has its start)."""
+        from health.choices import EventKind, EventSource
+        from health.services import condition_record
+
+        condition_record(node=node, kind=EventKind.HEARTBEAT_LOST, source=EventSource.SLURM, evidence=reason,
+                         key=f"slurm|{node.pk}|{self.now.isoformat()}", now=self.now)
+
+    def _came_back(self, node: Node, snode: parsers.SlurmNode) -> None:
+        before = {"state": node.state}
+        if node.state == NodeState.UNKNOWN:
+            Node.objects.filter(pk=node.pk).update(state=NodeState.READY)
+            node.state = NodeState.READY
+        audit_record(actor=self.actor, verb="node.responding", target=node, reason=f"Slurm reports {snode.state}",
+                     before=before, after={"state": node.state})
+        from health.choices import EventKind, EventSource
+        from health.services import condition_resolve
+
+        condition_resolve(node=node, kind=EventKind.HEARTBEAT_LOST, source=EventSource.SLURM, now=self.now)
+        self.result.recovered.append(node.name)
+
+    def _drained_in_slurm(self, node: Node, snode: parsers.SlurmNode) -> None:
+        if node.state not in (NodeState.READY, NodeState.UNKNOWN):
+            return  # already out of service in Fleetdeck (its cordon, repair or burn-in)
+        from fleet.services import node_cordon
+
+        reason = snode.reason.text if snode.reason else "drained in Slurm"
+        updated = node_cordon(node=node, reason=reason, actor=SLURM_ACTOR)
+        node.state, node.cordon_reason, node.cordoned_by = updated.state, updated.cordon_reason, updated.cordoned_by
+        self.result.cordoned.append(node.name)
+
+    def _undrained_in_slurm(self, node: Node, labels: dict[str, Any]) -> None:
+        if node.state != NodeState.CORDONED:
+            return
+        if node.cordoned_by == SLURM_ACTOR.label:
+            from fleet.services import node_uncordon
+
+            updated = node_uncordon(node=node, reason="resumed in Slurm", actor=SLURM_ACTOR)
+            node.state, node.cordoned_by = updated.state, updated.cordoned_by
+            self.result.uncordoned.append(node.name)
+        elif labels.get("slurm.applied") is True and labels.get("slurm.op") == "drain":
+            # Fleetdeck's cordon stands, but Slurm would place jobs here: say so on the node page.
+            labels["slurm.applied"] = False
+            labels["slurm.error"] = "Slurm shows the node not drained (resumed outside Fleetdeck?)"
+            audit_record(actor=self.actor, verb="slurm.drain_lost", target=node, reason=labels["slurm.error"])
+
+    def _requeue_workloads_on(self, node: Node, reason: str) -> None:
+        from scheduling.models import Allocation, Workload
+        from scheduling.services.workloads import workload_stop_gang
+
+        ids = set(Allocation.objects.filter(node=node, released_at__isnull=True).values_list("workload_id", flat=True))
+        for workload in Workload.objects.filter(pk__in=ids).order_by("pk"):
+            outcome = workload_stop_gang(workload=workload, reason=reason, actor=self.actor, grace_seconds=0)
+            if outcome.stopped:
+                self.result.requeued.append(workload.name)
+
+    def _mark_missing(self, present: set[str]) -> None:
+        gone = Node.objects.select_for_update().filter(executor=ExecutorKind.SLURM, pool=POOL).exclude(name__in=present)
+        for node in gone:
+            other_cluster = node.labels.get("slurm.cluster") not in (None, self.cluster)
+            if other_cluster or node.labels.get("slurm.state") == "MISSING":
+                continue
+            before = {"state": node.state}
+            labels = {**node.labels, "slurm.state": "MISSING"}
+            new_state = NodeState.UNKNOWN if node.state == NodeState.READY else node.state
+            Node.objects.filter(pk=node.pk).update(labels=labels, state=new_state)
+            audit_record(actor=self.actor, verb="node.slurm_missing", target=node,
+                         reason="no longer listed by Slurm", before=before, after={"state": new_state})
+            self.result.missing.append(node.name)
+
+
+def _describe(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: (str(v) if hasattr(v, "pk") else v) for k, v in values.items()}
+
+
+def _flavor_spec(gres_type: str | None) -> tuple[str, str, int] | None:
+    """Flavor (name, product, memory MiB) for a GRES type: the SLURM_GRES_FLAVORS mapping, an
+    existing flavor of that name, a name derived from a descriptive type (nvidia_h100_80gb_hbm3),
+    the one existing flavor of a model named without its memory (a100), or the default flavor
+    for untyped GRES and types that name no model (hopper). None when the type names a model
+    but not which of its flavors: no flavor beats the wrong one (quotas are per flavor)."""
+    mapping: dict[str, str] = _conf("SLURM_GRES_FLAVORS", {}) or {}
+    default = _conf("SLURM_DEFAULT_FLAVOR", "H100-SXM-80GB")
+    name = mapping.get(gres_type or "", "") if gres_type else default
+    if gres_type and not name:
+        existing = GpuFlavor.objects.filter(name__iexact=gres_type).first()
+        if existing:
+            return existing.name, existing.product, existing.memory_mib
+        product = "NVIDIA " + gres_type.replace("_", " ").upper().removeprefix("NVIDIA ")
+        size = re.search(r"(\d+)\s*GB", product)
+        model = flavor_names.find_model(product)
+        if size and model:
+            memory = int(size.group(1)) * 1024
+            return flavor_names.flavor_name(product, memory), product, memory
+        if model:
+            same = [f for f in GpuFlavor.objects.all() if flavor_names.find_model(f.product) == model]
+            chosen = [f for f in same if f.name == default] or same
+            return (chosen[0].name, chosen[0].product, chosen[0].memory_mib) if len(chosen) == 1 else None
+        name = default
+    existing = GpuFlavor.objects.filter(name=name).first()
+    if existing:
+        return existing.name, existing.product, existing.memory_mib
+    return name, *_DEFAULT_PRODUCT
+
+
+def node_slurm_outcome_record(
+    *, node: Node, op: str, applied: bool | None, error: str, actor: Actor, seen: parsers.SlurmNode | None = None
+) -> Node:
+    """Record on the node whether Slurm applied a drain or resume (None: still pending), and
+    what Slurm showed afterwards (`seen`), so the node page does not wait for the next sync.
+
+    A failure is audited as slurm.<op>_failed so it shows in the node's history, never only in a log."""
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        before = _outcome(locked.labels)
+        labels = {**locked.labels, "slurm.op": op, "slurm.applied": applied, "slurm.error": error,
+                  "slurm.applied_at": timezone.now().isoformat()}
+        if seen is not None:
+            labels.update(_slurm_facts(seen))
+        locked.labels = labels
+        locked.save(update_fields=["labels"])
+        if applied is not None:
+            verb = f"slurm.{op}_applied" if applied else f"slurm.{op}_failed"
+            audit_record(actor=actor, verb=verb, target=locked, reason=error, before={"slurm": before},
+                         after={"slurm": _outcome(labels), "slurm.state": labels.get("slurm.state")})
+    return locked
+
+
+def _outcome(labels: dict[str, Any]) -> str | None:
+    """`drain applied`, `resume pending`, `drain NOT applied`: readable in the node's history."""
+    if "slurm.op" not in labels:
+        return None
+    applied = labels.get("slurm.applied")
+    return f"{labels['slurm.op']} " + {True: "applied", False: "NOT applied"}.get(applied, "pending")
+
+
+def _slurm_facts(snode: parsers.SlurmNode) -> dict[str, str]:
+    return {
+        "slurm.gpu_type": snode.gpus.type or "",
+        "slurm.state": str(snode.state),
+        "slurm.reason": snode.reason.text if snode.reason else "",
+        "slurm.reason_user": (snode.reason.user or "") if snode.reason else "",
+    }
