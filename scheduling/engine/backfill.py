@@ -9,16 +9,18 @@ out of the live capacity, so nobody else finds them):
   before the reserved start (now + time_limit <= start); jobs without a time limit never do."""
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from .placement import Need
+from .config import SchedulerConfig
+from .placement import Need, Placed
 from .reasons import Miss
-from .snapshot import Change
+from .snapshot import Capacity, Change
 from .types import PendingReason, ReplicaPlacement, RunningWorkload, WorkloadSpec
 
-if TYPE_CHECKING:
-    from .round import Placed, Round
+# A simulated placement with quota on the live capacity (the round's, quiet): on success the
+# GPUs stay taken and the caller gives them back (Capacity.undo) unless it keeps them.
+Attempt = Callable[[WorkloadSpec, list[Need]], "Placed | Miss"]
 
 
 @dataclass(slots=True)
@@ -31,8 +33,15 @@ class Hold:
 
 
 class Reservations:
-    def __init__(self, rnd: Round) -> None:
-        self.rnd = rnd
+    """The round's holds, on its live capacity `cap`; `attempt` places with the round's quota."""
+
+    def __init__(self, *, cap: Capacity, running: Sequence[RunningWorkload], now: float,
+                 config: SchedulerConfig, attempt: Attempt) -> None:
+        self.cap = cap
+        self.running = running
+        self.now = now
+        self.config = config
+        self.attempt = attempt
         self.holds: dict[int, Hold] = {}
         self.claimed: set[int] = set()  # running workloads whose GPUs a backfill hold waits for
         self.epoch = 0  # bumped whenever holds change, to invalidate cached verdicts
@@ -40,7 +49,7 @@ class Reservations:
         self._events: list[RunningWorkload] | None = None
         self._hopeless: set[tuple[object, ...]] = set()
         self._no_backfill: set[tuple[object, ...]] = set()
-        self._budget = rnd.config.reservation_budget
+        self._budget = config.reservation_budget
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def add(self, owner: WorkloadSpec | int, name: str, start: float | None,
@@ -53,7 +62,7 @@ class Reservations:
         return hold
 
     def _take_free(self, hold: Hold) -> None:
-        cap = self.rnd.cap
+        cap = self.cap
         hold.changes = []
         for p in hold.placements:
             node = cap.by_name.get(p.node)
@@ -65,15 +74,16 @@ class Reservations:
                 hold.changes.append(Change(node, free))
 
     def _give(self, hold: Hold) -> None:
-        self.rnd.cap.undo(hold.changes, taken=True)
+        self.cap.undo(hold.changes, taken=True)
         hold.changes = []
 
-    def hold_carried(self) -> None:
+    def hold_carried(self, pending: Sequence[WorkloadSpec],
+                     carried: Mapping[int, tuple[ReplicaPlacement, ...]]) -> None:
         """Re-hold GPUs carried from earlier rounds for preemptors that are still pending."""
-        names = {wl.id: wl.name for wl in self.rnd.snap.pending}
-        for owner in sorted(self.rnd.snap.reservations):
+        names = {wl.id: wl.name for wl in pending}
+        for owner in sorted(carried):
             if owner in names:
-                self.add(owner, names[owner], None, self.rnd.snap.reservations[owner])
+                self.add(owner, names[owner], None, carried[owner])
 
     def release_own(self, owner: int) -> Hold | None:
         hold = self.holds.pop(owner, None)
@@ -93,7 +103,7 @@ class Reservations:
     def backfill(self, wl: WorkloadSpec, needs: list[Need], miss: Miss) -> Placed | Miss:
         """Place a time-limited job on reserved GPUs it will have left before their start."""
         assert wl.time_limit_s is not None
-        ends = self.rnd.now + wl.time_limit_s
+        ends = self.now + wl.time_limit_s
         usable = [h for h in self.holds.values() if h.start is not None and ends <= h.start]
         if not usable:
             return miss
@@ -105,11 +115,11 @@ class Reservations:
         saved = [(h, h.changes) for h in usable]
         for h in usable:
             self._give(h)
-        got = self.rnd.place(wl, needs, quiet=True)
+        got = self.attempt(wl, needs)
         if isinstance(got, Miss):
             for h, changes in saved:
                 for c in changes:
-                    self.rnd.cap.take(c.node, c.gpus, c.cpu, c.mem)
+                    self.cap.take(c.node, c.gpus, c.cpu, c.mem)
                 h.changes = changes
             self._no_backfill.add(key)
             return miss
@@ -117,21 +127,24 @@ class Reservations:
             self._take_free(h)
         return got
 
-    def explain_reserved(self, wl: WorkloadSpec, needs: list[Need], miss: Miss) -> Miss:
-        """RESERVED_FOR_HIGHER_PRIORITY when only held GPUs stand between `wl` and a placement."""
+    def explain_reserved(self, wl: WorkloadSpec, needs: list[Need], miss: Miss, *, admitted: int) -> Miss:
+        """RESERVED_FOR_HIGHER_PRIORITY when only held GPUs stand between `wl` and a placement.
+
+        `admitted` (admissions so far this round) versions the cached verdicts with the hold epoch:
+        between admissions and hold changes the capacity under the holds stays the same."""
         if not self.holds:
             return miss
-        key = (self.epoch, len(self.rnd.result.admitted), wl.queue, wl.topology, wl.topology_required,
+        key = (self.epoch, admitted, wl.queue, wl.topology, wl.topology_required,
                tuple(n.spec for n in needs))
         fits = self._verdicts.get(key)
         if fits is None:
             holds = list(self.holds.values())
             for h in holds:
                 self._give(h)
-            got = self.rnd.place(wl, needs, quiet=True)
+            got = self.attempt(wl, needs)
             fits = not isinstance(got, Miss)
             if not isinstance(got, Miss):
-                self.rnd.cap.undo(got.changes, taken=True)
+                self.cap.undo(got.changes, taken=True)
             for h in holds:
                 self._take_free(h)
             self._verdicts[key] = fits
@@ -148,7 +161,7 @@ class Reservations:
 
     def reserve(self, wl: WorkloadSpec, needs: list[Need], miss: Miss) -> None:
         """Reserve for a blocked workload the GPUs that free soonest, if any ever will."""
-        cfg = self.rnd.config
+        cfg = self.config
         backfill_holds = sum(1 for h in self.holds.values() if h.start is not None)
         if wl.id in self.holds or backfill_holds >= cfg.max_reservations or self._budget <= 0:
             return
@@ -157,7 +170,7 @@ class Reservations:
         shape = (wl.topology, wl.topology_required, tuple(n.spec for n in needs))
         if shape in self._hopeless:
             return
-        cap = self.rnd.cap
+        cap = self.cap
         released: list[list[Change]] = []
         found: tuple[float, tuple[ReplicaPlacement, ...], list[int]] | None = None
         events = [rw for rw in self._sorted_events() if rw.id not in self.claimed][: cfg.reservation_search_limit]
@@ -166,10 +179,10 @@ class Reservations:
             if i + 1 < len(events) and events[i + 1].expected_end == rw.expected_end:
                 continue  # free everything that ends at the same moment before trying
             self._budget -= 1
-            got = self.rnd.place(wl, needs, quiet=True)
+            got = self.attempt(wl, needs)
             if not isinstance(got, Miss):
                 cap.undo(got.changes, taken=True)
-                found = (max(self.rnd.now, rw.expected_end or 0.0), tuple(got.placements),
+                found = (max(self.now, rw.expected_end or 0.0), tuple(got.placements),
                          [e.id for e in events[: i + 1]])
                 break
             if self._budget <= 0:
@@ -181,7 +194,7 @@ class Reservations:
             return
         start, placements, freed = found
         used = {(p.node, a.index) for p in placements for a in p.gpus}
-        for rw in self.rnd.snap.running:
+        for rw in self.running:
             if rw.id in freed and any((p.node, a.index) in used for p in rw.placements for a in p.gpus):
                 self.claimed.add(rw.id)
         self.add(wl, wl.name, start, placements)
@@ -189,7 +202,7 @@ class Reservations:
     def _sorted_events(self) -> list[RunningWorkload]:
         if self._events is None:
             self._events = sorted(
-                (rw for rw in self.rnd.snap.running if rw.expected_end is not None and not rw.preempting),
+                (rw for rw in self.running if rw.expected_end is not None and not rw.preempting),
                 key=lambda rw: (rw.expected_end, rw.id),
             )
         return self._events

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from .scoring import BUCKET_CANDIDATES, SHARE_LEVELS, SHARE_PER_LEVEL, FragmentationScorer
-from .snapshot import Capacity, Change, FlavorIndex, NodeState
+from .snapshot import Capacity, Change, FlavorIndex, NodeCapacity
 from .types import WHOLE, GpuAssignment, PodSetSpec, ReplicaPlacement
 
 MIG_SLICES = 7  # compute slices of an A100/H100; "3g.40gb" is 3/7 of a GPU
@@ -71,16 +71,48 @@ def need_of(ps: PodSetSpec) -> Need:
     return Need(ps, Kind.WHOLE, ps.replicas, gpus, gpus * WHOLE, None, ps.cpu_millicores, ps.memory_mib)
 
 
+@dataclass(slots=True)
+class Placed:
+    """A gang placed on the live capacity with its quota request (the GPUs stay taken)."""
+
+    placements: list[ReplicaPlacement]
+    changes: list[Change]
+    request: dict[str, int]
+    borrowed: dict[str, int]
+
+
+def flavor_order(cap: Capacity, need: Need) -> list[str]:
+    """Flavors a pod set may use: its own, or for 'any' the one with most fully free nodes first."""
+    products = set(need.spec.accepted_products)
+    if need.spec.flavor is not None:
+        fx = cap.flavors.get(need.spec.flavor)
+        if fx is None or (products and fx.products and not (products & fx.products)):
+            return []
+        return [need.spec.flavor]
+    names = [f for f, fx in cap.flavors.items() if not products or not fx.products or products & fx.products]
+    return sorted(names, key=lambda f: (-cap.flavors[f].fully_free_nodes, f))
+
+
+def flavor_demand(cap: Capacity, needs: list[Need]) -> dict[str, int]:
+    """GPUs the pod sets would count against quota, on the flavor each would try first."""
+    out: dict[str, int] = {}
+    for need in needs:
+        flavors = flavor_order(cap, need)
+        if flavors:
+            out[flavors[0]] = out.get(flavors[0], 0) + need.quota_gpus
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Where:
     """Restrictions on where replicas may go."""
 
     products: frozenset[str] = frozenset()
     rack: str | None = None
-    node: NodeState | None = None
+    node: NodeCapacity | None = None
     rack_required: bool = False  # multi-node gangs may not spill across racks
 
-    def allows(self, node: NodeState, need: Need) -> bool:
+    def allows(self, node: NodeCapacity, need: Need) -> bool:
         if self.node is not None and node is not self.node:
             return False
         if self.rack is not None and node.rack != self.rack:
@@ -121,14 +153,14 @@ def place_pod_set(cap: Capacity, fx: FlavorIndex, need: Need, where: Where, chan
     return out
 
 
-def _take(cap: Capacity, node: NodeState, gpus: tuple[GpuAssignment, ...], need: Need,
+def _take(cap: Capacity, node: NodeCapacity, gpus: tuple[GpuAssignment, ...], need: Need,
           changes: list[Change]) -> None:
     cap.take(node, gpus, need.cpu, need.mem)
     changes.append(Change(node, gpus, need.cpu, need.mem))
 
 
 def _place_replica(cap: Capacity, fx: FlavorIndex, need: Need, where: Where,
-                   scorer: FragmentationScorer | None = None) -> tuple[NodeState, tuple[GpuAssignment, ...]] | None:
+                   scorer: FragmentationScorer | None = None) -> tuple[NodeCapacity, tuple[GpuAssignment, ...]] | None:
     if need.kind == Kind.WHOLE:
         if scorer is not None:
             return least_fragmenting_whole(cap, fx, need, where, scorer)
@@ -141,7 +173,7 @@ def _place_replica(cap: Capacity, fx: FlavorIndex, need: Need, where: Where,
     return _first_mig(cap, fx, need, where)
 
 
-def _whole_pool(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> list[NodeState]:
+def _whole_pool(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> list[NodeCapacity]:
     """Candidate nodes for a g-GPU replica: a pinned node or rack whole, else up to
     BUCKET_CANDIDATES allowed nodes of every best-fit bucket that holds it."""
     g = need.gpus
@@ -150,7 +182,7 @@ def _whole_pool(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> lis
     if where.node is not None or where.rack is not None:
         pool = [where.node] if where.node is not None else [cap.nodes[r] for r in fx.rack_nodes.get(where.rack, ())]
         return [n for n in pool if n.flavor == fx.name and n.schedulable and n.whole >= g and where.allows(n, need)]
-    out: list[NodeState] = []
+    out: list[NodeCapacity] = []
     for k in range(g, len(fx.buckets)):
         taken = 0
         for rank in fx.buckets[k]:
@@ -165,13 +197,13 @@ def _whole_pool(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> lis
 
 
 def least_fragmenting_whole(cap: Capacity, fx: FlavorIndex, need: Need, where: Where, scorer: FragmentationScorer
-                            ) -> tuple[NodeState, tuple[GpuAssignment, ...]] | None:
+                            ) -> tuple[NodeCapacity, tuple[GpuAssignment, ...]] | None:
     """The node and GPUs whose use removes the most fragmentation (in STEP units); ties by
     best fit: fewest whole free GPUs, then a node whose free GPUs hold the replica in one
     NVLink group, then node order."""
     g = need.gpus
     best: tuple[int, int, int, int] | None = None
-    choice: tuple[NodeState, tuple[int, ...]] | None = None
+    choice: tuple[NodeCapacity, tuple[int, ...]] | None = None
     for node in _whole_pool(cap, fx, need, where):
         delta, gpus = scorer.whole_gpus(node, g, need.cpu, pick_gpus)
         step = scorer.step(delta)
@@ -186,13 +218,13 @@ def least_fragmenting_whole(cap: Capacity, fx: FlavorIndex, need: Need, where: W
 
 
 def least_fragmenting_share(cap: Capacity, fx: FlavorIndex, need: Need, where: Where, scorer: FragmentationScorer
-                            ) -> tuple[NodeState, tuple[GpuAssignment, ...]] | None:
+                            ) -> tuple[NodeCapacity, tuple[GpuAssignment, ...]] | None:
     """The shareable GPU whose share removes the most fragmentation (in STEP units); ties by
     best fit: least free milli left, then node order, then GPU index. Looks at a few GPUs of
     each of the lowest free levels that hold the share, and at empty shareable GPUs."""
     shares = fx.shares
     best: tuple[int, int, int, int] | None = None
-    choice: tuple[NodeState, int] | None = None
+    choice: tuple[NodeCapacity, int] | None = None
     empty = _first_at_least(shares, WHOLE)
     levels = 0
     i = _first_at_least(shares, need.milli)
@@ -219,7 +251,7 @@ def least_fragmenting_share(cap: Capacity, fx: FlavorIndex, need: Need, where: W
     return choice[0], (GpuAssignment(choice[1], need.milli),)
 
 
-def best_fit_node(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> NodeState | None:
+def best_fit_node(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> NodeCapacity | None:
     """The allowed node with the fewest whole free GPUs that still holds the replica."""
     g = need.gpus
     if g >= len(fx.buckets):
@@ -249,7 +281,7 @@ def best_fit_node(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> N
     return None
 
 
-def _group_fits(node: NodeState, g: int) -> bool:
+def _group_fits(node: NodeCapacity, g: int) -> bool:
     counts: dict[int, int] = {}
     for i in range(node.size):
         if node.is_whole_free(i):
@@ -260,7 +292,7 @@ def _group_fits(node: NodeState, g: int) -> bool:
     return False
 
 
-def pick_gpus(node: NodeState, g: int) -> list[int]:
+def pick_gpus(node: NodeCapacity, g: int) -> list[int]:
     """g whole free GPUs: inside the tightest NVLink group that holds them, lowest indices."""
     free = node.whole_free_indices()
     groups: dict[int, list[int]] = {}
@@ -273,7 +305,7 @@ def pick_gpus(node: NodeState, g: int) -> list[int]:
 
 
 def _best_fit_share(cap: Capacity, fx: FlavorIndex, need: Need, where: Where
-                    ) -> tuple[NodeState, tuple[GpuAssignment, ...]] | None:
+                    ) -> tuple[NodeCapacity, tuple[GpuAssignment, ...]] | None:
     shares = fx.shares
     i = _first_at_least(shares, need.milli)
     while i < len(shares):
@@ -297,7 +329,7 @@ def _first_at_least(shares: list[tuple[int, int, int]], milli: int) -> int:
 
 
 def _first_mig(cap: Capacity, fx: FlavorIndex, need: Need, where: Where
-               ) -> tuple[NodeState, tuple[GpuAssignment, ...]] | None:
+               ) -> tuple[NodeCapacity, tuple[GpuAssignment, ...]] | None:
     best: tuple[int, int, int] | None = None
     for rank, gi in fx.mig_gpus:
         node = cap.nodes[rank]
@@ -331,7 +363,7 @@ def whole_candidates(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -
     return out
 
 
-def pick_whole_nodes(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> list[NodeState] | None:
+def pick_whole_nodes(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> list[NodeCapacity] | None:
     n = need.replicas
     if fx.fully_free_nodes < n:
         return None

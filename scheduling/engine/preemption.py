@@ -11,34 +11,45 @@ Rules:
 * the engine only emits Preempt decisions; the preemptor stays pending, its free GPUs held."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
-from .placement import Need
+from .backfill import Attempt, Hold, Reservations
+from .config import SchedulerConfig
+from .placement import Need, Placed, flavor_demand
+from .quota import QuotaBook
 from .reasons import Miss
-from .snapshot import Change
+from .snapshot import Capacity, Change
 from .types import PendingReason, Preempt, PreemptionReason, RunningWorkload, WorkloadSpec
-
-if TYPE_CHECKING:
-    from .backfill import Hold
-    from .round import Placed, Round
 
 
 class Preemptor:
-    def __init__(self, rnd: Round) -> None:
-        self.rnd = rnd
+    """Chooses victims on the round's live capacity and quota; holds what it frees in `reservations`.
+
+    `preemptions` collects the decisions in the order they were made."""
+
+    def __init__(self, *, running: Sequence[RunningWorkload], pending: Sequence[WorkloadSpec], now: float,
+                 config: SchedulerConfig, cap: Capacity, quota: QuotaBook, attempt: Attempt,
+                 reservations: Reservations) -> None:
+        self.now = now
+        self.config = config
+        self.cap = cap
+        self.quota = quota
+        self.attempt = attempt
+        self.reservations = reservations
+        self.preemptions: list[Preempt] = []
         self.victims: set[int] = set()  # chosen this round, never chosen twice
         self.stopping_claimed: set[int] = set()
         self.eligible = sorted(
-            (rw for rw in rnd.snap.running if rw.preemptible and not rw.preempting), key=lambda rw: rw.id
+            (rw for rw in running if rw.preemptible and not rw.preempting), key=lambda rw: rw.id
         )
         # A stopping victim whose preemptor is no longer pending frees GPUs for whoever is next.
-        pending_ids = {wl.id for wl in rnd.snap.pending}
-        self.orphaned = {rw.id for rw in rnd.snap.running if rw.preempting and rw.preemptor_id not in pending_ids}
-        self.stopping = sorted((rw for rw in rnd.snap.running if rw.preempting), key=lambda rw: rw.id)
+        pending_ids = {wl.id for wl in pending}
+        self.orphaned = {rw.id for rw in running if rw.preempting and rw.preemptor_id not in pending_ids}
+        self.stopping = sorted((rw for rw in running if rw.preempting), key=lambda rw: rw.id)
         # Running workloads that borrow, per cohort: the only victims a reclaim may pick, found
         # without scanning the whole running set for every blocked workload.
         self.borrowers: dict[str, list[RunningWorkload]] = {}
-        queues = rnd.snap.queues
+        queues = quota.queues
         for rw in self.eligible:
             cohort = queues[rw.queue].cohort if rw.queue in queues else None
             if cohort and any(v > 0 for v in rw.borrowed.values()):
@@ -51,28 +62,28 @@ class Preemptor:
     # -- helpers ----------------------------------------------------------------------------------
     def lost_work(self, rw: RunningWorkload) -> float:
         since = rw.last_checkpoint_at if rw.last_checkpoint_at is not None else rw.started_at
-        return sum(rw.flavor_gpus.values()) * max(0.0, self.rnd.now - since)
+        return sum(rw.flavor_gpus.values()) * max(0.0, self.now - since)
 
     def protected(self, rw: RunningWorkload) -> bool:
-        now = self.rnd.now
+        now = self.now
         if now - rw.started_at < rw.min_runtime_s:
             return True
-        cooldown = self.rnd.config.preemption_cooldown_s
+        cooldown = self.config.preemption_cooldown_s
         return rw.last_preempted_at is not None and now - rw.last_preempted_at < cooldown
 
     def _release(self, rw: RunningWorkload) -> list[Change]:
-        self.rnd.quota.add(rw.queue, rw.flavor_gpus, -1)
-        return self.rnd.cap.release(rw.placements)
+        self.quota.add(rw.queue, rw.flavor_gpus, -1)
+        return self.cap.release(rw.placements)
 
     def _restore(self, rw: RunningWorkload, changes: list[Change]) -> None:
-        self.rnd.cap.undo(changes, taken=False)
-        self.rnd.quota.add(rw.queue, rw.flavor_gpus, 1)
+        self.cap.undo(changes, taken=False)
+        self.quota.add(rw.queue, rw.flavor_gpus, 1)
 
     def _try(self, wl: WorkloadSpec, needs: list[Need]) -> Placed | None:
-        got = self.rnd.place(wl, needs, quiet=True)
+        got = self.attempt(wl, needs)
         if isinstance(got, Miss):
             return None
-        self.rnd.cap.undo(got.changes, taken=True)
+        self.cap.undo(got.changes, taken=True)
         return got
 
     # -- entry ----------------------------------------------------------------------------------
@@ -109,7 +120,7 @@ class Preemptor:
         # Restore the simulated releases first: the hold takes only GPUs free right now.
         for rw, changes in reversed(released):
             self._restore(rw, changes)
-        self.rnd.reservations.add(wl, wl.name, None, tuple(placed.placements))
+        self.reservations.add(wl, wl.name, None, tuple(placed.placements))
 
     def _stopping_for(self, wl: WorkloadSpec, own: Hold | None) -> list[RunningWorkload]:
         mine = set()
@@ -126,8 +137,8 @@ class Preemptor:
 
     def _choose(self, wl: WorkloadSpec, needs: list[Need], miss: Miss
                 ) -> tuple[list[tuple[RunningWorkload, PreemptionReason]], Placed] | None:
-        request = self.rnd.flavor_demand(needs)
-        quota = self.rnd.quota
+        request = flavor_demand(self.cap, needs)
+        quota = self.quota
         cohort = quota.queues[wl.queue].cohort if wl.queue in quota.queues else None
         reclaiming = bool(cohort) and quota.within_nominal(wl.queue, request)
         if not (wl.may_preempt or reclaiming):
@@ -192,8 +203,8 @@ class Preemptor:
                 why = f"{wl.name} reclaims nominal quota of queue {wl.queue} borrowed by {rw.queue}"
             else:
                 why = f"{wl.name} (priority {wl.priority}) needs the GPUs of {rw.name} (priority {rw.priority})"
-            self.rnd.result.preemptions.append(
+            self.preemptions.append(
                 Preempt(rw.id, wl.id, kind,
                         f"{why}; {self.lost_work(rw) / 3600:.2f} GPU-hours of work since its last checkpoint",
-                        self.rnd.now + rw.grace_s)
+                        self.now + rw.grace_s)
             )

@@ -11,11 +11,13 @@ Phases per workload (in round order):
 Capacity and quota usage update as the round admits, so later workloads see earlier ones."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from functools import partial
 
 from .backfill import Reservations
+from .config import SchedulerConfig
 from .ordering import by_queue, round_order
-from .placement import Kind, Need, Where, need_of, place_pod_set
+from .placement import Kind, Need, Placed, Where, flavor_demand, flavor_order, need_of, place_pod_set
 from .preemption import Preemptor
 from .quota import QuotaBook
 from .reasons import Miss, explain
@@ -32,27 +34,10 @@ from .types import (
     WorkloadSpec,
 )
 
+__all__ = ["Placed", "Round", "SchedulerConfig", "schedule"]
+
 QUIET_MISS = Miss(PendingReason.INSUFFICIENT_CAPACITY, "")
 QUOTA_REASONS = frozenset({PendingReason.QUOTA_EXCEEDED, PendingReason.BORROWING_LIMIT})
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerConfig:
-    """Tunables of a round."""
-
-    preemption_cooldown_s: float = 3600.0  # a workload preempted this recently is not preempted again
-    max_reservations: int = 16  # backfill reservations made per round (Slurm's bf_max_job_test idea)
-    reservation_search_limit: int = 256  # running workloads released while searching a start time
-    reservation_budget: int = 4000  # placement attempts all reservation searches of a round may make
-    node_topology_candidates: int = 64  # nodes tried for a topology=node (required) workload
-
-
-@dataclass(slots=True)
-class Placed:
-    placements: list[ReplicaPlacement]
-    changes: list[Change]
-    request: dict[str, int]
-    borrowed: dict[str, int]
 
 
 class Round:
@@ -67,8 +52,12 @@ class Round:
         self.scorer = scorer_for(snapshot.typical_mix, self.cap.nodes)
         self.quota = QuotaBook(snapshot.queues)
         self.result = RoundResult()
-        self.reservations = Reservations(self)
-        self.preemptor = Preemptor(self)
+        attempt = partial(self.place, quiet=True)
+        self.reservations = Reservations(cap=self.cap, running=snapshot.running, now=self.now, config=config,
+                                         attempt=attempt)
+        self.preemptor = Preemptor(running=snapshot.running, pending=snapshot.pending, now=self.now, config=config,
+                                   cap=self.cap, quota=self.quota, attempt=attempt,
+                                   reservations=self.reservations)
         # GPUs still wanted by blocked non-opportunistic workloads, per flavor: opportunistic
         # jobs may only take what is left over.
         self.wanted: dict[str, int] = {}
@@ -78,7 +67,7 @@ class Round:
 
     # -- entry ----------------------------------------------------------------------------------
     def run(self) -> RoundResult:
-        self.reservations.hold_carried()
+        self.reservations.hold_carried(self.snap.pending, self.snap.reservations)
         queues = by_queue(self.snap.pending)
         pending: dict[int, tuple[PendingReason, str, float | None]] = {}
         for wl in round_order(queues, self.quota.share, self._cohort_of):
@@ -92,6 +81,7 @@ class Round:
                     position += 1
                     reason, message, start = pending[wl.id]
                     self.result.pending.append(Pending(wl.id, reason, message, position, start))
+        self.result.preemptions.extend(self.preemptor.preemptions)
         self.result.reservations.update(self.reservations.export())
         return self.result
 
@@ -123,10 +113,10 @@ class Round:
             if waited is not None:
                 return waited
         if miss.is_capacity and wl.priority >= 0:
-            miss = self.reservations.explain_reserved(wl, needs, miss)
+            miss = self.reservations.explain_reserved(wl, needs, miss, admitted=len(self.result.admitted))
             if miss.reason != PendingReason.RESERVED_FOR_HIGHER_PRIORITY:
                 self.reservations.reserve(wl, needs, miss)
-            for flavor, gpus in self.flavor_demand(needs).items():
+            for flavor, gpus in flavor_demand(self.cap, needs).items():
                 self.wanted[flavor] = self.wanted.get(flavor, 0) + gpus
         return miss
 
@@ -202,7 +192,7 @@ class Round:
 
     def _place_need(self, wl: WorkloadSpec, need: Need, base: Where, request: dict[str, int],
                     changes: list[Change], quiet: bool) -> list[ReplicaPlacement] | Miss:
-        flavors = self.flavor_order(need)
+        flavors = flavor_order(self.cap, need)
         if not flavors:
             return self._no_flavor(need)
         where = Where(frozenset(need.spec.accepted_products), base.rack, base.node, base.rack_required)
@@ -241,17 +231,6 @@ class Round:
             return bool(fx.shares) and fx.shares[-1][0] >= need.milli
         return bool(fx.mig_gpus)
 
-    def flavor_order(self, need: Need) -> list[str]:
-        """Flavors a pod set may use: its own, or for 'any' the one with most fully free nodes first."""
-        products = set(need.spec.accepted_products)
-        if need.spec.flavor is not None:
-            fx = self.cap.flavors.get(need.spec.flavor)
-            if fx is None or (products and fx.products and not (products & fx.products)):
-                return []
-            return [need.spec.flavor]
-        names = [f for f, fx in self.cap.flavors.items() if not products or not fx.products or products & fx.products]
-        return sorted(names, key=lambda f: (-self.cap.flavors[f].fully_free_nodes, f))
-
     def _no_flavor(self, need: Need) -> Miss:
         ps = need.spec
         if ps.flavor is not None and ps.flavor not in self.cap.flavors:
@@ -264,7 +243,7 @@ class Round:
         """One pod set of whole-node replicas: pick_whole_nodes honours the rack rule itself."""
         if len(needs) != 1:
             return False
-        flavors = self.flavor_order(needs[0])
+        flavors = flavor_order(self.cap, needs[0])
         return bool(flavors) and all(needs[0].is_multi_node(self.cap.flavors[f]) for f in flavors)
 
     def _place_in_one(self, wl: WorkloadSpec, needs: list[Need], candidates: list[Where], level: str,
@@ -302,14 +281,6 @@ class Round:
         return [Where(node=n) for n in nodes[: self.config.node_topology_candidates]]
 
     # -- opportunistic ----------------------------------------------------------------------------
-    def flavor_demand(self, needs: list[Need]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for need in needs:
-            flavors = self.flavor_order(need)
-            if flavors:
-                out[flavors[0]] = out.get(flavors[0], 0) + need.quota_gpus
-        return out
-
     def idle_enough(self, request: dict[str, int]) -> bool:
         """After taking `request`, the flavor still has the GPUs blocked workloads want."""
         for flavor, _gpus in request.items():

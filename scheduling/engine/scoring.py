@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .fragmentation import Demand, TypicalMix
-from .snapshot import NodeState
+from .snapshot import NodeCapacity
 from .types import WHOLE, GpuAssignment, PodSetShape
 
 STEP = 200  # milli-GPU of expected fragmentation per score step (as the replay's fleetdeck policy)
@@ -60,7 +60,7 @@ class _Layout:
 class FragmentationScorer:
     """Scores placements of one replica against the round's typical mix."""
 
-    def __init__(self, mix: Iterable[tuple[PodSetShape, int]], nodes: Sequence[NodeState]) -> None:
+    def __init__(self, mix: Iterable[tuple[PodSetShape, int]], nodes: Sequence[NodeCapacity]) -> None:
         fleet = {(n.flavor, n.product) for n in nodes}
         shares: Counter[Demand] = Counter()
         wholes: Counter[Demand] = Counter()
@@ -110,7 +110,7 @@ class FragmentationScorer:
         return got
 
     @staticmethod
-    def layout(node: NodeState) -> _Layout:
+    def layout(node: NodeCapacity) -> _Layout:
         groups: dict[int, list[int]] = {}
         for i in range(node.size):
             groups.setdefault(node.group[i], []).append(i)
@@ -146,7 +146,7 @@ class FragmentationScorer:
         return total
 
     # -- placements ------------------------------------------------------------------------------
-    def _state(self, node: NodeState) -> tuple[_Layout, int, dict[tuple, Any]]:
+    def _state(self, node: NodeCapacity) -> tuple[_Layout, int, dict[tuple, Any]]:
         """The node's layout, its fragmentation now, and the scores of placements on it.
 
         Keyed by layout and free capacity, so identical nodes share one entry and a node that
@@ -164,7 +164,7 @@ class FragmentationScorer:
             hit = self._states[key] = (lay, self.fragmentation(lay, node.free, cpu), {})
         return hit
 
-    def delta(self, node: NodeState, gpus: tuple[GpuAssignment, ...], cpu: int) -> int:
+    def delta(self, node: NodeCapacity, gpus: tuple[GpuAssignment, ...], cpu: int) -> int:
         """Weighted fragmentation removed by taking `gpus` and `cpu` on `node` (negative: added)."""
         lay, before, scores = self._state(node)
         key = (cpu, tuple((a.index, a.milli) for a in gpus))
@@ -182,7 +182,7 @@ class FragmentationScorer:
         unit = self.weight * STEP
         return (2 * delta + unit) // (2 * unit)
 
-    def whole_gpus(self, node: NodeState, g: int, cpu: int, default: Callable[[NodeState, int], list[int]]
+    def whole_gpus(self, node: NodeCapacity, g: int, cpu: int, default: Callable[[NodeCapacity, int], list[int]]
                    ) -> tuple[int, tuple[int, ...]]:
         """The best g whole free GPUs of `node` and their delta: one NVLink group's lowest
         indices per group that holds them, `default(node, g)` (best fit's choice) winning ties."""
@@ -212,7 +212,7 @@ def _fleetdeck_mix(entries: Iterable[tuple[Demand, int]]) -> TypicalMix | None:
     return TypicalMix(kept).without_inaccessible().packing_shares() if kept else None
 
 
-def scorer_for(mix: Sequence[tuple[PodSetShape, int]], nodes: Sequence[NodeState]) -> FragmentationScorer | None:
+def scorer_for(mix: Sequence[tuple[PodSetShape, int]], nodes: Sequence[NodeCapacity]) -> FragmentationScorer | None:
     """The round's scorer, or None (plain best fit) without a usable typical mix."""
     if not mix:
         return None

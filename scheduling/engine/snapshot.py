@@ -1,6 +1,6 @@
 """Capacity state of one round: free GPUs per node with the indexes placement needs.
 
-The engine never mutates the caller's Snapshot; it copies free capacity into NodeState
+The engine never mutates the caller's Snapshot; it copies free capacity into NodeCapacity
 objects and keeps, per flavor, indexes that make best fit cheap:
 
 * buckets[k]: schedulable nodes with exactly k whole free GPUs, as sorted node ranks, so the
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from .types import WHOLE, GpuAssignment, NodeView, ReplicaPlacement
 
 
-class NodeState:
+class NodeCapacity:
     """Mutable copy of one node's free capacity."""
 
     __slots__ = (
@@ -102,7 +102,7 @@ class Capacity:
 
     def __init__(self, nodes: list[NodeView]) -> None:
         ordered = sorted(nodes, key=lambda n: n.name)
-        self.nodes = [NodeState(v, rank) for rank, v in enumerate(ordered)]
+        self.nodes = [NodeCapacity(v, rank) for rank, v in enumerate(ordered)]
         self.by_name = {n.name: n for n in self.nodes}
         # Bumped by every take/give: equal versions mean equal capacity (see Round.place).
         self.version = 0
@@ -130,7 +130,7 @@ class Capacity:
                     fx.mig_gpus.append((node.rank, i))
 
     # -- index maintenance ------------------------------------------------------------------
-    def _index(self, node: NodeState) -> None:
+    def _index(self, node: NodeCapacity) -> None:
         fx = self.flavors[node.flavor]
         insort(fx.buckets[node.whole], node.rank)
         fx.free_whole += node.whole
@@ -141,7 +141,7 @@ class Capacity:
             if node.is_share_slot(i):
                 insort(fx.shares, (node.free[i], node.rank, i))
 
-    def _unindex(self, node: NodeState) -> None:
+    def _unindex(self, node: NodeCapacity) -> None:
         fx = self.flavors[node.flavor]
         _remove(fx.buckets[node.whole], node.rank)
         fx.free_whole -= node.whole
@@ -153,7 +153,7 @@ class Capacity:
                 _remove(fx.shares, (node.free[i], node.rank, i))
 
     # -- mutation -----------------------------------------------------------------------------
-    def take(self, node: NodeState, gpus: tuple[GpuAssignment, ...], cpu: int = 0, mem: int = 0) -> None:
+    def take(self, node: NodeCapacity, gpus: tuple[GpuAssignment, ...], cpu: int = 0, mem: int = 0) -> None:
         """Allocate GPUs (whole, shares or MIG instances) and host resources on a node."""
         self.version += 1
         if node.schedulable:
@@ -170,7 +170,7 @@ class Capacity:
         if node.schedulable:
             self._index(node)
 
-    def give(self, node: NodeState, gpus: tuple[GpuAssignment, ...], cpu: int = 0, mem: int = 0) -> None:
+    def give(self, node: NodeCapacity, gpus: tuple[GpuAssignment, ...], cpu: int = 0, mem: int = 0) -> None:
         """Exact inverse of take()."""
         self.version += 1
         if node.schedulable:
@@ -209,7 +209,7 @@ class Capacity:
             else:
                 self.take(c.node, c.gpus, c.cpu, c.mem)
 
-    def is_free(self, node: NodeState, gpus: tuple[GpuAssignment, ...]) -> bool:
+    def is_free(self, node: NodeCapacity, gpus: tuple[GpuAssignment, ...]) -> bool:
         for a in gpus:
             if node.free[a.index] < a.milli:
                 return False
@@ -224,7 +224,7 @@ class Capacity:
 class Change:
     """One take (or give) on one node, kept to undo it."""
 
-    node: NodeState
+    node: NodeCapacity
     gpus: tuple[GpuAssignment, ...]
     cpu: int = 0
     mem: int = 0
