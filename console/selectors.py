@@ -13,10 +13,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from core.models import AuditEvent
 from fleet.choices import NODE_STATE_COLORS, GpuHealth, NodeState
 from fleet.models import Gpu, GpuFlavor, Node
+from health.selectors import utilised_by_gpu as health_utilised
+from scheduling.choices import WORKLOAD_STATE_COLORS
+from scheduling.models import Allocation
 
 NO_FLAVOR = "(no flavor)"
 # States an operator put a node into on purpose; `unknown` is a lost heartbeat, not a decision.
@@ -124,16 +128,12 @@ def utilised_by_gpu() -> dict[int, float]:
 
     The single hook through which utilisation reaches the overview: one query over health's
     newest readings. GPUs without a fresh reading add nothing: an honest 0, never a guess."""
-    from django.utils import timezone
-
-    from health.selectors import utilised_by_gpu as health_utilised
 
     return health_utilised(now=timezone.now())
 
 
 def active_allocated_gpu_ids() -> set[int]:
     """Ids of GPUs with at least one active allocation (shared GPUs appear once)."""
-    from scheduling.models import Allocation
 
     return set(Allocation.objects.filter(released_at__isnull=True).order_by().values_list("gpu_id", flat=True))
 
@@ -250,8 +250,6 @@ class NodeWorkload:
 
     @property
     def state_color(self) -> str:
-        from scheduling.choices import WORKLOAD_STATE_COLORS
-
         return WORKLOAD_STATE_COLORS.get(self.workload.state, "#616161")
 
 
@@ -279,7 +277,6 @@ def node_detail(name: str) -> NodeDetail:
     """A node with its GPUs, the workloads holding them and its audit history.
 
     Raises Node.DoesNotExist for an unknown name."""
-    from scheduling.models import Allocation
 
     node = Node.objects.with_topology().get(name=name)
     rows = {gpu.pk: GpuRow(gpu) for gpu in Gpu.objects.filter(node=node).order_by("index")}

@@ -17,7 +17,10 @@ from core.actors import Actor
 from core.audit import audit_record
 from core.roles import OPERATORS_GROUP, VIEWERS_GROUP
 from fleet.flavors import flavor_name
+from fleet.models import GpuFlavor
 from fleet.services import ImportResult, fleet_import
+from scheduling.models import Cohort, Queue, QueueQuota, Team, TeamMembership
+from scheduling.priority_classes import priority_classes_seed
 
 _NAMESPACE = uuid.UUID("6f1c1c4e-2b1a-4c55-9a59-5e0d2f1e7a10")
 
@@ -175,7 +178,6 @@ class _Seeder:
             "operator": self.get_or_create(Group, name=OPERATORS_GROUP),
             "viewer": self.get_or_create(Group, name=VIEWERS_GROUP),
         }
-        from scheduling.models import TeamMembership
 
         # Operators read the audit log in the admin too (staff, with view permission only).
         audit_view = Permission.objects.get(content_type__app_label="core", codename="view_auditevent")
@@ -203,10 +205,6 @@ class _Seeder:
                 self.get_or_create(TeamMembership, team=teams[login.team], user=user)
 
     def scheduling(self) -> dict:
-        from fleet.models import GpuFlavor
-        from scheduling.models import Cohort, Queue, QueueQuota, Team
-        from scheduling.priority_classes import priority_classes_seed
-
         cohort = self.get_or_create(Cohort, name=COHORT)
         teams = {}
         for name, description in TEAMS.items():

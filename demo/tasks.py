@@ -2,16 +2,17 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
+
+from demo.telemetry import demo_telemetry_ingest
 
 
 @shared_task(name="demo.telemetry", ignore_result=True, soft_time_limit=12, time_limit=14)
 def demo_telemetry_task() -> dict:
     """Simulated DCGM telemetry for the demo's simulated nodes; does nothing unless
     FLEETDECK["DEMO_TELEMETRY"] is on (beat schedules it only then, this guards a stray call)."""
-    from django.conf import settings
 
     if not settings.FLEETDECK.get("DEMO_TELEMETRY"):
         return {}
-    from demo.telemetry import demo_telemetry_ingest
 
     return demo_telemetry_ingest()

@@ -22,8 +22,11 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from demo.workloads import STALLED_WORKLOAD
 from fleet.choices import ExecutorKind
 from fleet.models import Gpu, Node
+from health.services import dcgm_ingest
+from scheduling.models import Allocation
 
 DRIVER_VERSION = "550.90.07"
 WOBBLE_PERIOD_S = 600.0
@@ -146,8 +149,6 @@ def _instance_samples(hostname: str, gpu: SimGpu, inst: dict, level: float, samp
 
 def simulated_fleet() -> dict[Node, list[SimGpu]]:
     """Every node of the simulated executor with its GPUs and their active allocations (3 queries)."""
-    from demo.workloads import STALLED_WORKLOAD
-    from scheduling.models import Allocation
 
     nodes = {n.pk: n for n in Node.objects.filter(executor=ExecutorKind.SIMULATED).order_by("name")}
     gpus: dict[int, SimGpu] = {}
@@ -172,7 +173,6 @@ def simulated_fleet() -> dict[Node, list[SimGpu]]:
 
 def demo_telemetry_ingest(*, now: datetime | None = None) -> dict[str, int]:
     """One simulated scrape of every simulated node through dcgm_ingest; node name → readings stored."""
-    from health.services import dcgm_ingest
 
     now = now or timezone.now()
     stored = {}

@@ -7,12 +7,12 @@ from django.db.models import Count
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from health.choices import TicketState
+from health.models import HealthEvent, RepairTicket
+from health.selectors import idle_allocated_gpus
+
 
 def collect() -> Iterable[Metric]:
-    from health.choices import TicketState
-    from health.models import HealthEvent, RepairTicket
-    from health.selectors import idle_allocated_gpus
-
     idle = idle_allocated_gpus(now=timezone.now())
     gauge = GaugeMetricFamily(
         "fleetdeck_idle_allocated_gpus",

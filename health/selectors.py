@@ -10,6 +10,7 @@ from fleet.choices import NODE_STATE_COLORS
 from fleet.models import Node
 from health.choices import TICKET_STATE_COLORS, Severity, TicketState, operator_moves
 from health.models import WHOLE_GPU, GpuReading, GpuReadingMinute, HealthEvent, RepairTicket
+from scheduling.models import Allocation
 
 # A reading older than this no longer describes the GPU (scrapes run every 15 s).
 FRESH = timedelta(minutes=5)
@@ -18,8 +19,6 @@ IDLE_FOR = timedelta(minutes=30)
 
 
 def _active_allocations():
-    from scheduling.models import Allocation
-
     return Allocation.objects.filter(released_at__isnull=True)
 
 

@@ -29,6 +29,20 @@ def missing_service(what: str) -> None:
     pytest.skip(f"{what} not available")
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, request):
+    """Test databases named for this run as well as for the xdist worker (test_fleetdeck_gw0_<run>),
+    so two test runs against one PostgreSQL server (CI and a developer's run) never share one."""
+    from django.conf import settings
+
+    run = getattr(request.config, "workerinput", {}).get("testrunuid") or str(os.getpid())
+    for db in settings.DATABASES.values():
+        if db["ENGINE"].endswith("sqlite3"):
+            continue  # SQLite test databases are in memory, private to the process already
+        test = db.setdefault("TEST", {})
+        test["NAME"] = f"{test.get('NAME') or 'test_' + db['NAME']}_{run[:8]}"
+
+
 @pytest.fixture
 def require_postgres(settings):
     if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
@@ -95,7 +109,7 @@ def fresh_round_caches():
     """The placement round caches the typical mix per process for a minute of `now`, and the
     last round's pending specs by workload id; tests reuse the same clock and (on SQLite) the
     same ids on a rolled-back database, so none may see another's."""
-    from scheduling.selectors import spec_cache_clear, typical_mix_cache_clear
+    from scheduling.snapshot import spec_cache_clear, typical_mix_cache_clear
 
     typical_mix_cache_clear()
     spec_cache_clear()

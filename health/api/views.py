@@ -25,6 +25,7 @@ from fleet.models import Node
 from health import services
 from health.choices import EventKind, EventSource, Reporter, Severity
 from health.models import HealthEvent, RepairTicket
+from scheduling.models import Workload
 
 from .authentication import IsNodeAgent, NodeTokenAuthentication
 from .serializers import (
@@ -198,8 +199,6 @@ class WorkloadFaultView(APIView):
     @extend_schema(request=FaultInputSerializer, responses={200: OpenApiTypes.OBJECT},
                    summary="Report an application fault of a workload")
     def post(self, request, pk: int):
-        from scheduling.models import Workload
-
         workload = get_object_or_404(Workload.objects.visible_to(request.user), pk=pk)
         payload = FaultInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)

@@ -14,6 +14,7 @@ from core.roles import may_act_for_team
 from fleet.models import Node
 from health.choices import EventSource
 from health.core import policy
+from scheduling.models import Allocation
 
 from .events import SignalOutcome, signals_apply
 from .remediation import policy_context
@@ -26,8 +27,6 @@ FAULT_KINDS = {
 
 
 def _fault_nodes(workload, names: Sequence[str]) -> list[Node]:
-    from scheduling.models import Allocation
-
     if names:
         if not isinstance(names, list | tuple) or not all(isinstance(n, str) and n for n in names):
             raise ValidationError({"nodes": ["Expected a list of node names."]})
@@ -44,7 +43,6 @@ def _fault_nodes(workload, names: Sequence[str]) -> list[Node]:
 def _run_of(workload) -> str:
     """The workload's latest placement: a report retried after the gang was requeued still names
     the run that failed, so it dedups against the first report."""
-    from scheduling.models import Allocation
 
     latest = Allocation.objects.filter(workload=workload).aggregate(at=Max("created_at"))["at"]
     return latest.isoformat() if latest else "never-placed"

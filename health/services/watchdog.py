@@ -11,6 +11,9 @@ from django.db.models.functions import Coalesce
 from health.choices import EventKind, EventSource, Severity
 from health.core import policy
 from health.models import HealthEvent
+from scheduling.choices import WorkloadState
+from scheduling.models import Workload
+from scheduling.services import workload_stop_gang
 
 from .events import HEALTH_ACTOR, condition_record
 
@@ -30,9 +33,6 @@ def _open_flags() -> dict[int, HealthEvent]:
 def workloads_watchdog(*, now: datetime) -> WatchdogOutcome:
     """One check (see health.core.policy.watchdog): flag newly stale running workloads, requeue
     those flagged by an earlier check that still made no progress, clear flags that progressed."""
-    from scheduling.choices import WorkloadState
-    from scheduling.models import Workload
-    from scheduling.services import workload_stop_gang
 
     stale_after = settings.FLEETDECK.get("WATCHDOG_STALE_SECONDS", 900)
     flags = _open_flags()

@@ -2,6 +2,8 @@
 from django.core.management.base import BaseCommand
 
 from demo.fleet import DEMO_LOGINS, demo_load
+from demo.quota_requests import load as quota_demo_load
+from demo.workloads import load as workloads_demo_load
 
 
 class Command(BaseCommand):
@@ -15,11 +17,9 @@ class Command(BaseCommand):
             f"{fleet.removed} removed"
         )
         self.stdout.write(f"Other demo objects created: {len(result.created)}")
-        from demo.quota_requests import load as quota_demo_load
 
         quotas = quota_demo_load()
         self.stdout.write(quotas.summary())
-        from demo.workloads import load as workloads_demo_load
 
         self.stdout.write(workloads_demo_load().summary())
         self.stdout.write("Demo logins:")
