@@ -17,6 +17,7 @@ from .choices import (
     TopologyMode,
     WorkloadState,
 )
+from .usage import pod_set_gpus
 
 
 class Team(models.Model):
@@ -214,7 +215,12 @@ class Workload(models.Model):
 
     @property
     def total_gpus(self) -> int:
-        return sum(ps.replicas * ps.gpus_per_replica for ps in self.pod_sets.all())
+        """GPUs the workload asks for, as quota counts them (scheduling.usage.pod_set_gpus)."""
+        return sum(
+            pod_set_gpus(replicas=ps.replicas, gpus_per_replica=ps.gpus_per_replica, milli_gpu=ps.milli_gpu,
+                         mig_profile=ps.mig_profile)
+            for ps in self.pod_sets.all()
+        )
 
 
 class PodSet(models.Model):

@@ -23,9 +23,9 @@ from core.roles import is_operator, may_act_for_team, team_ids
 from fleet.models import GpuFlavor
 from scheduling.choices import QuotaRequestState
 from scheduling.models import Queue, QueueQuota, QueueUsageSample, QuotaRequest
+from scheduling.usage import projected_nominal_sum
 
 from . import notifications, selectors
-from .usage import projected_nominal_sum
 
 S = QuotaRequestState
 SAMPLE_EVERY = dt.timedelta(minutes=5)

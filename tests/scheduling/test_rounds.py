@@ -194,8 +194,8 @@ def test_a_round_that_fails_before_committing_leaves_nothing_behind(small, clock
 
 def test_a_decision_whose_gpus_were_taken_meanwhile_is_dropped_whole(small, clock):
     from scheduling.engine import schedule
-    from scheduling.selectors import snapshot_load
     from scheduling.services.rounds import round_commit
+    from scheduling.snapshot import snapshot_load
 
     first = _submit(training("first", 16, priority="research-batch"))
     snapshot, index = snapshot_load(now=clock.now)
