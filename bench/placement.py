@@ -38,6 +38,7 @@ from scheduling.engine.types import (  # noqa: E402
     Topology,
     WorkloadSpec,
 )
+from scheduling.usage import spec_gpus  # noqa: E402
 
 GPUS_PER_NODE = 8
 NODES_PER_RACK = 40
@@ -101,7 +102,7 @@ def trim_to_load(snap: Snapshot, load: float) -> Snapshot:
     budget = load * sum(1 for n in snap.nodes for g in n.gpus if g.free_milli >= 1000)
     kept, total = [], 0
     for wl in snap.pending:
-        gpus = sum(ps.replicas * ps.gpus_per_replica for ps in wl.pod_sets)
+        gpus = sum(spec_gpus(ps) for ps in wl.pod_sets)
         if total + gpus > budget:
             continue
         kept.append(wl)

@@ -1,60 +1,23 @@
-"""Reads with logic: the placement round's snapshot, queue usage, positions and checkpoint advice.
-
-The snapshot is loaded with a fixed, small number of queries (no per-node or per-workload
-queries), so a 5,000-node fleet loads as fast as an 8-node one, row for row."""
+"""Reads with logic for pages and the API: queue positions, quota usage, placements and
+checkpoint advice. The placement round's snapshot loader is scheduling.snapshot."""
 
 from __future__ import annotations
 
-import json
-import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
-from django.conf import settings
-from django.db import connection
 from django.db.models import F, Sum, Window
 from django.db.models.functions import RowNumber
-from django.db.models.signals import post_delete, post_save
 
-from fleet.choices import GpuHealth, NodeState, SharingMode
-from fleet.models import Gpu, GpuFlavor, Node
+from fleet.models import Gpu, GpuFlavor
 
-from .choices import ACTIVE_STATES, WAITING_STATES, WorkloadState
-from .engine.types import (
-    GpuAssignment,
-    GpuView,
-    NodeView,
-    PodSetShape,
-    PodSetSpec,
-    QueueView,
-    Quota,
-    ReplicaPlacement,
-    RunningWorkload,
-    Snapshot,
-    Topology,
-    WorkloadSpec,
-)
-from .models import Allocation, PodSet, Preemption, PriorityClass, Queue, QueueQuota, TeamMembership, Workload
-
-SHAREABLE = (SharingMode.TIME_SLICING, SharingMode.MPS)
-
-
-@dataclass
-class SnapshotIndex:
-    """Database ids behind the snapshot's names, for turning decisions back into rows."""
-
-    node_ids: dict[str, int] = field(default_factory=dict)
-    gpu_ids: dict[tuple[str, int], int] = field(default_factory=dict)
-    pod_sets: dict[int, dict[str, tuple[int, str]]] = field(default_factory=dict)  # wid -> name -> (id, sharing)
-    node_executor: dict[str, str] = field(default_factory=dict)
-    # What each waiting workload's reason and message were when loaded, so the follow-up
-    # writes only the ones the round changed without reading them again.
-    pending_info: dict[int, tuple[str, str]] = field(default_factory=dict)  # reason, message
-    names: dict[int, str] = field(default_factory=dict)  # of the waiting workloads loaded
-    # The reservations they carried, as stored, so a round rewrites only the ones it changes.
-    reserved: dict[int, list[dict]] = field(default_factory=dict)
+from .choices import ACTIVE_STATES, WAITING_STATES
+from .engine import checkpoint_interval, job_mtbf
+from .models import Allocation, PodSet, Queue, QueueQuota, TeamMembership, Workload
+from .snapshot import queue_order
+from .usage import Key, QuotaLine, Usage, compute_usage, held_by_queue, pod_set_gpus
 
 
 def queue_positions(workloads: Iterable[Workload]) -> dict[int, int]:
@@ -68,584 +31,13 @@ def queue_positions(workloads: Iterable[Workload]) -> dict[int, int]:
         return {}
     ranked = (
         Workload.objects.filter(state__in=WAITING_STATES, queue_id__in=set(waiting.values()))
-        .annotate(position=Window(RowNumber(), partition_by=[F("queue_id")], order_by=_queue_order()))
+        .annotate(position=Window(RowNumber(), partition_by=[F("queue_id")], order_by=queue_order()))
         .values_list("pk", "position")
     )
     return {pk: position for pk, position in ranked if pk in waiting}
 
 
-def _raw_rows(queryset) -> list[tuple]:
-    """A values_list queryset's rows as the driver returns them. Django's per-value converters
-    cost more than the query for the thousands of rows a round reads, and only a few columns
-    need decoding: the callers do that with _json and _aware."""
-    sql, params = queryset.query.get_compiler(using=queryset.db).as_sql()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-
-
-def _json(value):
-    """A JSON column read raw: text on both PostgreSQL (Django loads jsonb as text) and SQLite."""
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def _aware(value: datetime | None) -> datetime | None:
-    """A datetime column read raw: SQLite gives naive UTC, PostgreSQL aware values."""
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
-
-
-def ts(value: datetime | None) -> float | None:
-    return None if value is None else value.timestamp()
-
-
-def _mig_free(instances: list[dict], used: set[str]) -> dict[str, list[str]]:
-    free: dict[str, list[str]] = {}
-    for inst in instances or []:
-        profile = inst.get("profile", "")
-        free.setdefault(profile, [])
-        ident = str(inst.get("gi_id", inst.get("uuid", "")))
-        if ident not in used:
-            free[profile].append(ident)
-    return {p: sorted(ids) for p, ids in free.items()}
-
-
-def placements_from_json(raw: list[dict]) -> tuple[ReplicaPlacement, ...]:
-    return tuple(
-        ReplicaPlacement(
-            pod_set=p["pod_set"],
-            replica=p["replica"],
-            node=p["node"],
-            gpus=tuple(
-                GpuAssignment(
-                    index=g["index"],
-                    milli=g.get("milli", 1000),
-                    mig_instance=g.get("mig") or None,
-                    mig_profile=g.get("mig_profile") or None,
-                )
-                for g in p["gpus"]
-            ),
-        )
-        for p in raw
-    )
-
-
-def placements_to_json(placements: tuple[ReplicaPlacement, ...]) -> list[dict]:
-    return [
-        {
-            "pod_set": p.pod_set,
-            "replica": p.replica,
-            "node": p.node,
-            "gpus": [
-                {"index": g.index, "milli": g.milli, "mig": g.mig_instance or "", "mig_profile": g.mig_profile or ""}
-                for g in p.gpus
-            ],
-        }
-        for p in placements
-    ]
-
-
-def _load_nodes(index: SnapshotIndex, held: list[tuple]) -> list[NodeView]:
-    nodes: dict[int, NodeView] = {}
-    totals: dict[int, tuple[int, int]] = {}
-    rows = _raw_rows(
-        Node.objects.filter(flavor__isnull=False).values_list(
-            "pk",
-            "name",
-            "rack__name",
-            "rack__spine__name",
-            "flavor__name",
-            "flavor__product",
-            "state",
-            "cpu_cores",
-            "memory_mib",
-            "nvlink_domain",
-            "executor",
-        )
-    )
-    for pk, name, rack, spine, flavor, product, state, cores, mem, domain, executor in rows:
-        schedulable = state == NodeState.READY
-        nodes[pk] = NodeView(
-            name=name,
-            rack=rack,
-            flavor=flavor,
-            product=product,
-            spine=spine or "",
-            schedulable=schedulable,
-            unschedulable_reason="" if schedulable else state,
-            cpu_total_millicores=cores * 1000,
-            memory_total_mib=mem,
-            cpu_free_millicores=cores * 1000,
-            memory_free_mib=mem,
-            nvlink_domain=domain,
-        )
-        totals[pk] = (cores * 1000, mem)
-        index.node_ids[name] = pk
-        index.node_executor[name] = executor
-    used_milli: dict[int, int] = defaultdict(int)
-    used_mig: dict[int, set[str]] = defaultdict(set)
-    host_use: dict[tuple, tuple[int, int, int]] = {}
-    for wid, ps_id, _name, replica, gpu_id, node_id, milli, _excl, mig, cpu, mem in held:
-        used_milli[gpu_id] += milli
-        if mig:
-            used_mig[gpu_id].add(mig)
-        host_use[(wid, ps_id, replica, node_id)] = (node_id, cpu, mem)
-    for node_id, cpu, mem in host_use.values():
-        view = nodes.get(node_id)
-        if view is not None:
-            view.cpu_free_millicores -= cpu
-            view.memory_free_mib -= mem
-    gpus = _raw_rows(
-        Gpu.objects.values_list(
-            "pk",
-            "node_id",
-            "index",
-            "health",
-            "mig_enabled",
-            "mig_instances",
-            "sharing_mode",
-            "nvlink_group",
-            "numa_node",
-        )
-    )
-    for pk, node_id, gindex, health, mig_on, mig_insts, sharing, group, numa in gpus:
-        view = nodes.get(node_id)
-        if view is None:
-            continue
-        view.gpus.append(
-            GpuView(
-                index=gindex,
-                free_milli=max(0, 1000 - used_milli.get(pk, 0)),
-                nvlink_group=group,
-                numa_node=numa,
-                healthy=health != GpuHealth.UNHEALTHY,
-                shareable=sharing in SHAREABLE,
-                mig_free=_mig_free(_json(mig_insts), used_mig.get(pk, set())) if mig_on else {},
-            )
-        )
-        index.gpu_ids[(view.name, gindex)] = pk
-    return list(nodes.values())
-
-
-def _load_queues(held: list[tuple], flavor_of_node: dict[int, str], queue_of: dict[int, str]) -> dict[str, QueueView]:
-    queues = {
-        name: QueueView(name=name, team=team, cohort=cohort, quotas={})
-        for name, team, cohort in Queue.objects.values_list("name", "team__name", "cohort__name")
-    }
-    quota_rows = QueueQuota.objects.values_list(
-        "queue__name", "flavor__name", "nominal", "borrowing_limit", "lending_limit"
-    )
-    for queue, flavor, nominal, borrow, lend in quota_rows:
-        queues[queue].quotas[flavor] = Quota(nominal=nominal, borrowing_limit=borrow, lending_limit=lend)
-    for (queue, flavor), gpus in usage_by_workload_to_queue(held, flavor_of_node, queue_of).items():
-        if queue in queues:
-            queues[queue].usage[flavor] = gpus
-    return queues
-
-
-def usage_by_workload_to_queue(held, flavor_of_node, queue_of) -> dict[tuple[str, str], int]:
-    """GPUs in use per (queue, flavor): each workload's shares are rounded up to whole GPUs."""
-    per_workload: dict[tuple[int, str], int] = defaultdict(int)
-    for wid, _ps, _name, _r, _gpu, node_id, milli, *_ in held:
-        per_workload[(wid, flavor_of_node.get(node_id, ""))] += milli
-    usage: dict[tuple[str, str], int] = defaultdict(int)
-    for (wid, flavor), milli in per_workload.items():
-        usage[(queue_of.get(wid, ""), flavor)] += math.ceil(milli / 1000)
-    return usage
-
-
-def _pod_set_spec(row: tuple) -> PodSetSpec:
-    _wid, _pk, name, replicas, gpus, flavor, products, _sharing, milli, mig, cpu, mem = row
-    return PodSetSpec(
-        name=name,
-        replicas=replicas,
-        gpus_per_replica=gpus,
-        flavor=flavor,
-        accepted_products=tuple(_json(products) or ()),
-        milli=milli,
-        mig_profile=mig or None,
-        cpu_millicores=cpu,
-        memory_mib=mem,
-    )
-
-
-def _queue_order() -> list:
-    """engine.ordering.queue_order_key in SQL: priority, then submission time, then id."""
-    return [F("priority_class__value").desc(), F("submitted_at").asc(), F("pk").asc()]
-
-
-def _considered(depth: int):
-    """The waiting workloads a round considers: each queue's first `depth` (0: all of them)."""
-    waiting = Workload.objects.filter(state__in=WAITING_STATES)
-    if depth <= 0:
-        return waiting
-    if connection.vendor == "postgresql":
-        # Per queue and priority class, the first `depth` by submission from the partial index
-        # sched_workload_waiting_order, then the first `depth` of those per queue: a few index
-        # probes per queue instead of sorting the whole backlog every round. As an ARRAY, the
-        # ids are computed once before the outer scan (an IN may be planned as a join over
-        # the backlog when the table's statistics are young).
-        tables = _tables()
-        return waiting.extra(
-            where=[f"{tables['workload']}.id = ANY(ARRAY({_FIRST_WAITING_SQL.format(**tables)}))"],
-            params=[depth, depth],
-        )
-    rank = Window(RowNumber(), partition_by=[F("queue_id")], order_by=_queue_order())
-    return waiting.annotate(rank=rank).filter(rank__lte=depth)
-
-
-_FIRST_WAITING_SQL = """
-SELECT top.id FROM {queue} q CROSS JOIN LATERAL (
-    SELECT w.id FROM {priority} p CROSS JOIN LATERAL (
-        SELECT w.id, w.submitted_at FROM {workload} w
-        WHERE w.queue_id = q.id AND w.priority_class_id = p.id AND w.state IN ({waiting})
-        ORDER BY w.submitted_at, w.id LIMIT %s
-    ) w
-    ORDER BY p.value DESC, w.submitted_at, w.id LIMIT %s
-) top"""
-
-
-def _tables() -> dict[str, str]:
-    quote = connection.ops.quote_name
-    return {
-        "queue": quote(Queue._meta.db_table),
-        "priority": quote(PriorityClass._meta.db_table),
-        "workload": quote(Workload._meta.db_table),
-        # Literals, so the planner matches the partial index's condition.
-        "waiting": ", ".join(f"'{state}'" for state in WAITING_STATES),
-    }
-
-
-PENDING_COLUMNS = (
-    "pk",
-    "name",
-    "queue__name",
-    "priority_class__value",
-    "priority_class__may_preempt",
-    "priority_class__preemptible",
-    "submitted_at",
-    "topology_level",
-    "topology_mode",
-    "time_limit_seconds",
-    "elastic_min_replicas",
-    # What a round changes on a waiting workload; never part of its spec.
-    "reserved_placements",
-    "pending_reason",
-    "pending_message",
-)
-SPEC_COLUMNS = len(PENDING_COLUMNS) - 3
-
-# The waiting workloads the previous round considered, with their specs: rounds run several
-# times a second and mostly consider the same head of each queue, whose pod sets never change
-# after submission. An entry is reused only while the workload's row reads the same (name,
-# queue, priority class, times, limits) and the flavors have the same names; the cache holds
-# exactly the last round's workloads, per process and database. Deleting a workload or pod
-# set in this process empties it (SQLite may give a deleted row's id to a new one).
-_spec_cache: dict[int, tuple[tuple, WorkloadSpec, dict[str, tuple[int, str]]]] = {}
-_spec_scope: tuple = ()
-
-
-def spec_cache_clear(**kwargs) -> None:
-    global _spec_scope
-    _spec_cache.clear()
-    _spec_scope = ()
-
-
-for _model in (Workload, PodSet):
-    post_delete.connect(spec_cache_clear, sender=_model, dispatch_uid=f"spec-cache-{_model.__name__}-del")
-
-
-def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, tuple[ReplicaPlacement, ...]]]:
-    global _spec_cache, _spec_scope
-    depth = settings.FLEETDECK.get("ROUND_QUEUE_DEPTH", 0)
-    rows = _raw_rows(_considered(depth).order_by("submitted_at", "pk").values_list(*PENDING_COLUMNS))
-    if not rows:
-        return [], {}
-    scope = (
-        connection.vendor,
-        connection.settings_dict.get("NAME"),
-        tuple(GpuFlavor.objects.order_by("pk").values_list("pk", "name")),
-    )
-    cache = _spec_cache if scope == _spec_scope else {}
-    hits = {row[0]: cache[row[0]] for row in rows if row[0] in cache and cache[row[0]][0] == row[1:SPEC_COLUMNS]}
-    built = _pending_specs([row for row in rows if row[0] not in hits])
-    specs, reservations, kept = [], {}, {}
-    for row in rows:
-        pk, name = row[0], row[1]
-        reserved, reason, message = row[SPEC_COLUMNS:]
-        index.pending_info[pk] = (reason, message)
-        index.names[pk] = name
-        entry = hits.get(pk) or built.get(pk)
-        if entry is None:  # no pod sets: nothing to place
-            continue
-        kept[pk] = entry
-        specs.append(entry[1])
-        index.pod_sets[pk] = entry[2]
-        reserved = _json(reserved)
-        if reserved:
-            index.reserved[pk] = reserved
-            reservations[pk] = placements_from_json(reserved)
-    _spec_cache, _spec_scope = kept, scope
-    return specs, reservations
-
-
-def _pending_specs(rows: list[tuple]) -> dict[int, tuple[tuple, WorkloadSpec, dict[str, tuple[int, str]]]]:
-    """Spec-cache entries for these pending rows: their pod sets read in one query."""
-    if not rows:
-        return {}
-    pod_sets: dict[int, list[PodSetSpec]] = defaultdict(list)
-    ps_ids: dict[int, dict[str, tuple[int, str]]] = defaultdict(dict)
-    ps_rows = _raw_rows(
-        PodSet.objects.filter(workload_id__in=[row[0] for row in rows])
-        .order_by("workload_id", "pk")
-        .values_list(
-            "workload_id",
-            "pk",
-            "name",
-            "replicas",
-            "gpus_per_replica",
-            "flavor__name",
-            "accepted_products",
-            "sharing",
-            "milli_gpu",
-            "mig_profile",
-            "cpu_millicores",
-            "memory_mib",
-        )
-    )
-    for row in ps_rows:
-        pod_sets[row[0]].append(_pod_set_spec(row))
-        ps_ids[row[0]][row[2]] = (row[1], row[7])
-    out = {}
-    for row in rows:
-        pk, name, queue, prio, may_preempt, preemptible, submitted, level, mode, limit, elastic_min = row[:SPEC_COLUMNS]
-        if pk not in pod_sets:
-            continue
-        spec = WorkloadSpec(
-            id=pk,
-            name=name,
-            queue=queue,
-            priority=prio,
-            submitted_at=_aware(submitted).timestamp(),
-            pod_sets=tuple(pod_sets[pk]),
-            topology=Topology(level),
-            topology_required=mode == "required",
-            time_limit_s=float(limit) if limit else None,
-            may_preempt=bool(may_preempt),
-            preemptible=bool(preemptible),
-            elastic_min_replicas=elastic_min,
-        )
-        out[pk] = (row[1:SPEC_COLUMNS], spec, ps_ids[pk])
-    return out
-
-
-ACTIVE_COLUMNS = (
-    "pk",
-    "name",
-    "queue__name",
-    "priority_class__value",
-    "priority_class__preemptible",
-    "priority_class__grace_seconds",
-    "priority_class__min_runtime_seconds",
-    "started_at",
-    "admitted_at",
-    "last_checkpoint_at",
-    "last_preempted_at",
-    "time_limit_seconds",
-    "borrowed",
-    "state",
-)
-
-
-def _load_running(
-    held: list[tuple],
-    flavor_of_node: dict[int, str],
-    node_name: dict[int, str],
-    gpu_index: dict[int, int],
-    rows: list[tuple] | None = None,
-) -> list[RunningWorkload]:
-    placements: dict[int, dict[tuple[str, int, str], list[GpuAssignment]]] = defaultdict(lambda: defaultdict(list))
-    flavor_milli: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for wid, _ps, ps_name, replica, gpu_id, node_id, milli, _excl, mig, *_ in held:
-        node = node_name.get(node_id, "")
-        placements[wid][(ps_name, replica, node)].append(
-            GpuAssignment(index=gpu_index.get(gpu_id, 0), milli=milli, mig_instance=mig or None)
-        )
-        flavor_milli[wid][flavor_of_node.get(node_id, "")] += milli
-    preemptors = dict(Preemption.objects.filter(completed_at__isnull=True).values_list("victim_id", "preemptor_id"))
-    if rows is None:
-        rows = _raw_rows(Workload.objects.filter(state__in=ACTIVE_STATES).values_list(*ACTIVE_COLUMNS))
-    running = []
-    for (
-        pk,
-        name,
-        queue,
-        prio,
-        preemptible,
-        grace,
-        min_rt,
-        started,
-        admitted,
-        ckpt,
-        preempted,
-        limit,
-        borrowed,
-        state,
-    ) in rows:
-        began = _aware(started or admitted)
-        start = began.timestamp() if began else 0.0
-        running.append(
-            RunningWorkload(
-                id=pk,
-                name=name,
-                queue=queue,
-                priority=prio,
-                preemptible=bool(preemptible),
-                started_at=start,
-                last_checkpoint_at=ts(_aware(ckpt)),
-                placements=tuple(
-                    ReplicaPlacement(pod_set=ps, replica=r, node=node, gpus=tuple(sorted(g, key=lambda a: a.index)))
-                    for (ps, r, node), g in sorted(placements.get(pk, {}).items())
-                ),
-                flavor_gpus={f: math.ceil(m / 1000) for f, m in flavor_milli.get(pk, {}).items()},
-                borrowed=dict(_json(borrowed) or {}),
-                grace_s=float(grace),
-                min_runtime_s=float(min_rt),
-                last_preempted_at=ts(_aware(preempted)),
-                expected_end=start + limit if limit else None,
-                preempting=state == WorkloadState.PREEMPTING,
-                preemptor_id=preemptors.get(pk),
-            )
-        )
-    return running
-
-
-def snapshot_load(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
-    """Phase 1 of a round: the whole scheduling state, in a fixed number of queries."""
-    index = SnapshotIndex()
-    held = _raw_rows(
-        Allocation.objects.filter(released_at__isnull=True).values_list(
-            "workload_id",
-            "pod_set_id",
-            "pod_set__name",
-            "replica",
-            "gpu_id",
-            "node_id",
-            "milli",
-            "exclusive",
-            "mig_instance",
-            "pod_set__cpu_millicores",
-            "pod_set__memory_mib",
-        )
-    )
-    nodes = _load_nodes(index, held)
-    node_name = {pk: name for name, pk in index.node_ids.items()}
-    flavor_by_name = {n.name: n.flavor for n in nodes}
-    flavor_of_node = {pk: flavor_by_name[name] for pk, name in node_name.items()}
-    gpu_index = {pk: gindex for (_node, gindex), pk in index.gpu_ids.items()}
-    # One read of the active workloads serves both the queues' usage and the running list.
-    active = _raw_rows(Workload.objects.filter(state__in=ACTIVE_STATES).values_list(*ACTIVE_COLUMNS))
-    queue_of = {row[0]: row[2] for row in active}
-    queues = _load_queues(held, flavor_of_node, queue_of)
-    pending, reservations = _load_pending(index)
-    running = _load_running(held, flavor_of_node, node_name, gpu_index, active)
-    snapshot = Snapshot(
-        now=now.timestamp(),
-        nodes=nodes,
-        queues=queues,
-        running=running,
-        pending=pending,
-        reservations=reservations,
-        typical_mix=typical_mix_cached(now=now),
-    )
-    return snapshot, index
-
-
-# The mix is read every round: its query looks at no more than this many of the latest
-# submissions in the window, so its cost stays flat however busy the week was.
-MIX_SAMPLE_WORKLOADS = 5000
-
-
-def typical_mix_load(*, now: datetime) -> tuple[tuple[PodSetShape, int], ...]:
-    """Replica shapes of the workloads submitted in the last FRAGMENTATION_HISTORY_DAYS (the
-    latest MIX_SAMPLE_WORKLOADS of them), with their replica counts, most frequent first: the
-    mix fragmentation-aware placement keeps room for. One aggregate query; MIG pod sets are
-    left out (MIG instances do not fragment the way shares and whole GPUs do). Empty when the
-    window is 0 or saw no workload."""
-    conf = settings.FLEETDECK
-    days = conf.get("FRAGMENTATION_HISTORY_DAYS", 7)
-    limit = conf.get("FRAGMENTATION_MIX_SHAPES", 32)
-    if days <= 0 or limit <= 0:
-        return ()
-    recent = (
-        Workload.objects.filter(submitted_at__gte=now - timedelta(days=days))
-        .order_by("-submitted_at")
-        .values("pk")[:MIX_SAMPLE_WORKLOADS]
-    )
-    rows = (
-        PodSet.objects.filter(workload_id__in=recent, mig_profile="")
-        .values_list(
-            "gpus_per_replica", "milli_gpu", "flavor__name", "accepted_products", "cpu_millicores", "memory_mib"
-        )
-        .annotate(count=Sum("replicas"))
-        .order_by("-count", "gpus_per_replica", "milli_gpu", "cpu_millicores", "memory_mib", "flavor__name")
-    )
-    counts: Counter[PodSetShape] = Counter()
-    # Lists that differ only in order group apart in SQL: a few spare rows leave room to merge them.
-    for gpus, milli, flavor, products, cpu, mem, count in rows[: limit * 2]:
-        spec = PodSetSpec("", 1, gpus, flavor, tuple(products or ()), milli, None, cpu, mem)
-        counts[PodSetShape.of(spec)] += count
-    return tuple(sorted(counts.items(), key=lambda kv: -kv[1])[:limit])
-
-
-# The mix summarises a week of submissions, so a minute-old one places as well as a fresh one;
-# rounds run every 100 ms, and its query was the dearest of the snapshot's. Cached per process
-# for the minute of `now` (the clock every service takes, simulated ones included), the
-# database and the settings it depends on. Saving or deleting a workload or pod set in this
-# process starts afresh, so a process's own submissions show up at once; other processes'
-# show up within the minute.
-MIX_CACHE_SECONDS = 60
-_mix_cache: dict[tuple, tuple[tuple[PodSetShape, int], ...]] = {}
-_mix_generation = 0
-
-
-def typical_mix_cache_clear(**kwargs) -> None:
-    """Forget the cached mixes. Also the receiver of a workload's creation or deletion and of
-    any pod set saved in this process (the updates of a running workload leave the mix alone)."""
-    global _mix_generation
-    if kwargs.get("sender") is Workload and not kwargs.get("created", True):
-        return
-    _mix_generation += 1
-    _mix_cache.clear()
-
-
-for _model in (Workload, PodSet):
-    post_save.connect(typical_mix_cache_clear, sender=_model, dispatch_uid=f"typical-mix-{_model.__name__}-save")
-    post_delete.connect(typical_mix_cache_clear, sender=_model, dispatch_uid=f"typical-mix-{_model.__name__}-del")
-
-
-def typical_mix_cached(*, now: datetime) -> tuple[tuple[PodSetShape, int], ...]:
-    """typical_mix_load, reused within the same minute of `now` (see MIX_CACHE_SECONDS)."""
-    conf = settings.FLEETDECK
-    key = (
-        connection.vendor,
-        connection.settings_dict.get("NAME"),
-        conf.get("FRAGMENTATION_HISTORY_DAYS", 7),
-        conf.get("FRAGMENTATION_MIX_SHAPES", 32),
-        MIX_SAMPLE_WORKLOADS,
-        _mix_generation,
-        int(now.timestamp() // MIX_CACHE_SECONDS),
-    )
-    mix = _mix_cache.get(key)
-    if mix is None:
-        if len(_mix_cache) > 16:  # only the current minute is ever asked for again
-            _mix_cache.clear()
-        mix = _mix_cache[key] = typical_mix_load(now=now)
-    return mix
-
-
-# --- reads for pages and the API --------------------------------------------------------------
+# --- checkpoint advice ------------------------------------------------------------------------
 
 DEFAULT_MTBF_GPU_HOURS = 50_000.0
 FAILURE_WINDOW_DAYS = 90
@@ -665,8 +57,6 @@ def mtbf_per_gpu_hours(now: datetime) -> tuple[float, str]:
     """Mean time between failures of one GPU, in hours, from the fleet's failure history over
     the last FAILURE_WINDOW_DAYS: (GPUs × window hours) / failures. With no failures recorded,
     DEFAULT_MTBF_GPU_HOURS. Returns the value and where it came from."""
-    from datetime import timedelta
-
     since = now - timedelta(days=FAILURE_WINDOW_DAYS)
     failures = _failure_source(since) if _failure_source is not None else 0
     gpus = Gpu.objects.count()
@@ -678,10 +68,8 @@ def mtbf_per_gpu_hours(now: datetime) -> tuple[float, str]:
 
 def checkpoint_advice(workload: Workload, *, now: datetime, gpus: int | None = None) -> dict:
     """Young's interval sqrt(2 · C · MTBF_job) for the workload, with its inputs."""
-    from .engine import checkpoint_interval, job_mtbf
-
     if gpus is None:
-        gpus = workload_gpus(workload)
+        gpus = workload.total_gpus
     mtbf_gpu_h, source = mtbf_per_gpu_hours(now)
     write_s = float(workload.checkpoint_write_seconds)
     advice = {
@@ -703,14 +91,6 @@ def checkpoint_advice(workload: Workload, *, now: datetime, gpus: int | None = N
     return advice
 
 
-def workload_gpus(workload: Workload) -> int:
-    """Whole GPUs the workload asks for (a share counts as one GPU)."""
-    total = 0
-    for ps in workload.pod_sets.all():
-        total += ps.replicas * (ps.gpus_per_replica or 1)
-    return total
-
-
 def workload_placements(workload: Workload) -> list[dict]:
     """The GPUs the workload holds now, one entry per replica: {pod_set, replica, node, gpus}."""
     grouped: dict[tuple[int, str, int, str], list[int]] = defaultdict(list)
@@ -725,60 +105,89 @@ def workload_placements(workload: Workload) -> list[dict]:
     ]
 
 
-def queue_usage(*, queue: Queue | None = None) -> list[dict]:
-    """Per queue and flavor: nominal quota, GPUs used, borrowed from and lent to the cohort, and
-    the GPUs its waiting workloads ask for. Lent is the cohort's borrowing charged to lenders
-    in name order, each up to what it can lend."""
-    held = list(
-        Allocation.objects.filter(released_at__isnull=True).values_list(
-            "workload_id", "pod_set_id", "pod_set__name", "replica", "gpu_id", "node_id", "milli"
+# --- quota usage: the one loader behind the queues page, the queues API and the team pages ------
+
+
+@dataclass(frozen=True)
+class UsageBook:
+    """Usage of every queue × flavor now (the numbers of scheduling.usage), with the queues."""
+
+    lines: dict[Key, Usage]
+    queues: dict[int, Queue]  # with team and cohort
+    pending_any_flavor: dict[int, int] = field(default_factory=dict)  # queue id -> GPUs
+
+
+def usage_book() -> UsageBook:
+    """Current usage of all queues in four queries, whatever the fleet size: lending is a
+    cohort-wide property, so one queue's numbers need every queue's."""
+    queues = {q.pk: q for q in Queue.objects.select_related("team", "cohort")}
+    cohort_of = {pk: q.cohort_id for pk, q in queues.items()}
+    quotas = [
+        QuotaLine(queue_id=q, flavor_id=f, cohort_id=cohort_of.get(q), nominal=n, borrowing_limit=b, lending_limit=lim)
+        for q, f, n, b, lim in QueueQuota.objects.values_list(
+            "queue_id", "flavor_id", "nominal", "borrowing_limit", "lending_limit"
         )
+    ]
+    held = (
+        Allocation.objects.filter(
+            released_at__isnull=True, workload__state__in=ACTIVE_STATES, gpu__node__flavor__isnull=False
+        )
+        .values_list("workload_id", "workload__queue_id", "gpu__node__flavor_id")
+        .annotate(milli=Sum("milli"))
+        .order_by()
     )
-    flavor_of_node = dict(Node.objects.values_list("pk", "flavor__name"))
-    queue_of = dict(Workload.objects.filter(state__in=ACTIVE_STATES).values_list("pk", "queue__name"))
-    used = usage_by_workload_to_queue(held, flavor_of_node, queue_of)
-    demand: dict[tuple[str, str], int] = defaultdict(int)
+    in_use = held_by_queue((queue_id, flavor_id, milli) for _wid, queue_id, flavor_id, milli in held)
+    pending, pending_any = _pending_demand(quotas)
+    return UsageBook(
+        lines=compute_usage(quotas, in_use, pending, cohort_of), queues=queues, pending_any_flavor=pending_any
+    )
+
+
+def _pending_demand(quotas: list[QuotaLine]) -> tuple[dict[Key, int], dict[int, int]]:
+    """GPUs asked for by waiting workloads. A pod set that accepts any flavor counts against its
+    queue's flavor when the queue has exactly one; otherwise it is reported as 'any flavor'."""
+    flavors_of: dict[int, list[int]] = defaultdict(list)
+    for line in quotas:
+        flavors_of[line.queue_id].append(line.flavor_id)
+    pending: dict[Key, int] = defaultdict(int)
+    pending_any: dict[int, int] = defaultdict(int)
     rows = PodSet.objects.filter(workload__state__in=WAITING_STATES).values_list(
-        "workload__queue__name", "flavor__name", "replicas", "gpus_per_replica"
+        "workload__queue_id", "flavor_id", "replicas", "gpus_per_replica", "milli_gpu", "mig_profile"
     )
-    for qname, flavor, replicas, gpus in rows:
-        demand[(qname, flavor or "any")] += replicas * (gpus or 1)
-    out = []
-    for q in QueueQuota.objects.select_related("queue__cohort", "flavor").order_by("queue__name", "flavor__name"):
-        u = used.get((q.queue.name, q.flavor.name), 0)
-        out.append(
-            {
-                "queue": q.queue.name,
-                "team_id": q.queue.team_id,
-                "cohort": q.queue.cohort.name if q.queue.cohort else None,
-                "flavor": q.flavor.name,
-                "nominal": q.nominal,
-                "borrowing_limit": q.borrowing_limit,
-                "lending_limit": q.lending_limit,
-                "used": u,
-                "borrowed": max(0, u - q.nominal),
-                "lent": 0,
-                "pending_demand": demand.get((q.queue.name, q.flavor.name), 0),
-            }
-        )
-    _charge_lending(out)
-    if queue is not None:
-        out = [row for row in out if row["queue"] == queue.name]
-    return out
+    for queue_id, flavor_id, replicas, per_replica, milli, mig in rows:
+        gpus = pod_set_gpus(replicas=replicas, gpus_per_replica=per_replica, milli_gpu=milli, mig_profile=mig)
+        if flavor_id is None and len(flavors_of[queue_id]) == 1:
+            flavor_id = flavors_of[queue_id][0]
+        if flavor_id is None:
+            pending_any[queue_id] += gpus
+        else:
+            pending[(queue_id, flavor_id)] += gpus
+    return dict(pending), dict(pending_any)
 
 
-def _charge_lending(rows: list[dict]) -> None:
-    by_pool: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for row in rows:
-        if row["cohort"]:
-            by_pool[(row["cohort"], row["flavor"])].append(row)
-    for members in by_pool.values():
-        owed = sum(r["borrowed"] for r in members)
-        for r in sorted(members, key=lambda r: r["queue"]):
-            idle = max(0, r["nominal"] - r["used"])
-            can = idle if r["lending_limit"] is None else min(idle, r["lending_limit"])
-            r["lent"] = min(can, owed)
-            owed -= r["lent"]
+def queue_usage() -> list[dict]:
+    """Per queue and flavor, by name: nominal quota, GPUs used, borrowed from and lent to the
+    cohort, and the GPUs its waiting workloads ask for (usage_book's numbers)."""
+    book = usage_book()
+    flavor_names = dict(GpuFlavor.objects.values_list("pk", "name"))
+    rows = [_usage_row(u, book.queues[u.queue_id], flavor_names[u.flavor_id]) for u in book.lines.values()]
+    return sorted(rows, key=lambda row: (row["queue"], row["flavor"]))
+
+
+def _usage_row(usage: Usage, queue: Queue, flavor: str) -> dict:
+    return {
+        "queue": queue.name,
+        "team_id": queue.team_id,
+        "cohort": queue.cohort.name if queue.cohort else None,
+        "flavor": flavor,
+        "nominal": usage.nominal,
+        "borrowing_limit": usage.borrowing_limit,
+        "lending_limit": usage.lending_limit,
+        "used": usage.in_use,
+        "borrowed": usage.borrowed,
+        "lent": usage.lent,
+        "pending_demand": usage.pending_demand,
+    }
 
 
 def team_ids_of(user) -> frozenset[int]:

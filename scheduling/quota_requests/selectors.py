@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db.models import Avg, Case, CharField, Count, F, Max, Q, QuerySet, Sum, Value, When
+from django.db.models import Avg, Case, CharField, Count, F, Max, Q, QuerySet, Value, When
 from django.db.models.functions import TruncHour
 from django.http import Http404
 from django.utils import timezone
@@ -28,8 +28,6 @@ from scheduling.choices import (
     QuotaRequestState,
 )
 from scheduling.models import (
-    Allocation,
-    PodSet,
     Queue,
     QueueQuota,
     QueueUsageSample,
@@ -37,9 +35,8 @@ from scheduling.models import (
     Team,
     Workload,
 )
-from scheduling.selectors import queue_positions
-
-from .usage import Key, QuotaLine, Usage, compute_usage, pod_set_gpus, projected_nominal_sum
+from scheduling.selectors import queue_positions, usage_book
+from scheduling.usage import Key, Usage, projected_nominal_sum
 
 PINNED_AT = 0.95  # a sample is "pinned" when in use ≥ 95 % of nominal
 PINNED_SHARE = 0.5  # … in at least half the samples of the window
@@ -167,57 +164,16 @@ def flavor_capacity(flavor_id: int) -> int:
 
 
 def usage_now() -> UsageSnapshot:
-    """Current usage of all queues, in a constant number of queries (six), whatever the fleet size:
-    lending is a cohort-wide property, so one team's numbers need every queue's."""
-    queues = {q.pk: q for q in Queue.objects.select_related("team", "cohort")}
-    cohort_of = {pk: q.cohort_id for pk, q in queues.items()}
-    quotas = [
-        QuotaLine(queue_id=q, flavor_id=f, cohort_id=cohort_of.get(q), nominal=n, borrowing_limit=b, lending_limit=lim)
-        for q, f, n, b, lim in QueueQuota.objects.values_list(
-            "queue_id", "flavor_id", "nominal", "borrowing_limit", "lending_limit"
-        )
-    ]
-    in_use: dict[Key, int] = {}
-    active = (
-        Allocation.objects.filter(released_at__isnull=True, gpu__node__flavor__isnull=False)
-        .values("workload__queue_id", "gpu__node__flavor_id")
-        .annotate(milli=Sum("milli"))
-    )
-    for row in active:
-        # Shares of a GPU count as whole GPUs once they add up, rounded up: a half-used GPU
-        # is still a GPU nobody else gets exclusively.
-        in_use[(row["workload__queue_id"], row["gpu__node__flavor_id"])] = -(-row["milli"] // 1000)
-
-    pending, pending_any = _pending_demand(quotas)
+    """Current usage of all queues (scheduling.selectors.usage_book, the queues page's numbers too),
+    with the flavors and the fleet's capacity: six queries, whatever the fleet size."""
+    book = usage_book()
     return UsageSnapshot(
-        lines=compute_usage(quotas, in_use, pending, cohort_of),
+        lines=book.lines,
         flavors={f.pk: f for f in GpuFlavor.objects.all()},
         capacity=fleet_capacity(),
-        queues=queues,
-        pending_any_flavor=pending_any,
+        queues=book.queues,
+        pending_any_flavor=book.pending_any_flavor,
     )
-
-
-def _pending_demand(quotas: list[QuotaLine]) -> tuple[dict[Key, int], dict[int, int]]:
-    """GPUs asked for by waiting workloads. A pod set that accepts any flavor counts against its
-    queue's flavor when the queue has exactly one; otherwise it is reported as 'any flavor'."""
-    flavors_of: dict[int, list[int]] = defaultdict(list)
-    for line in quotas:
-        flavors_of[line.queue_id].append(line.flavor_id)
-    pending: dict[Key, int] = defaultdict(int)
-    pending_any: dict[int, int] = defaultdict(int)
-    rows = PodSet.objects.filter(workload__state__in=WAITING_STATES).values_list(
-        "workload__queue_id", "flavor_id", "replicas", "gpus_per_replica", "milli_gpu"
-    )
-    for queue_id, flavor_id, replicas, per_replica, milli in rows:
-        gpus = pod_set_gpus(replicas=replicas, gpus_per_replica=per_replica, milli_gpu=milli)
-        if flavor_id is None and len(flavors_of[queue_id]) == 1:
-            flavor_id = flavors_of[queue_id][0]
-        if flavor_id is None:
-            pending_any[queue_id] += gpus
-        else:
-            pending[(queue_id, flavor_id)] += gpus
-    return dict(pending), dict(pending_any)
 
 
 def latest_utilised(queue_ids, *, now: dt.datetime | None = None) -> dict[Key, float]:

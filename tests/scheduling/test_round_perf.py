@@ -11,8 +11,9 @@ from django.test.utils import CaptureQueriesContext
 
 from scheduling.engine import schedule
 from scheduling.models import PriorityClass, Workload
-from scheduling.selectors import queue_positions, snapshot_load, typical_mix_cached, typical_mix_load
+from scheduling.selectors import queue_positions
 from scheduling.services.rounds import pending_info_save
+from scheduling.snapshot import snapshot_load, typical_mix_cached, typical_mix_load
 from tests.cluster import api_for, run_round, submit, training
 
 
@@ -120,8 +121,8 @@ def test_reservations_are_saved_in_one_statement_and_dropped_when_no_longer_want
     from django.db import transaction
 
     from scheduling.engine.types import GpuAssignment, ReplicaPlacement
-    from scheduling.selectors import placements_to_json
     from scheduling.services.rounds import _save_reservations
+    from scheduling.snapshot import placements_to_json
 
     run_round(clock)
     running, kept, dropped, cancelled = backlog

@@ -7,7 +7,7 @@ from fleet.models import Gpu
 from scheduling.choices import WorkloadState
 from scheduling.engine.types import PodSetShape
 from scheduling.models import PodSet, Workload
-from scheduling.selectors import snapshot_load, typical_mix_load
+from scheduling.snapshot import snapshot_load, typical_mix_load
 from tests.cluster import FLAVOR, api_for, nodes_of, run_round, submit
 
 
@@ -99,6 +99,6 @@ def test_only_the_latest_submissions_of_the_window_are_read(research_queue, team
     for i in range(2):
         clock.advance(60)
         submit(client, **job(f"new-{i}", gpus=1))
-    monkeypatch.setattr("scheduling.selectors.MIX_SAMPLE_WORKLOADS", 2)
+    monkeypatch.setattr("scheduling.snapshot.MIX_SAMPLE_WORKLOADS", 2)
     assert typical_mix_load(now=clock.now) == ((PodSetShape(gpus=1, flavor=FLAVOR), 2),)
 

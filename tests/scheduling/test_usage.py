@@ -1,11 +1,13 @@
-"""The usage arithmetic (no database)."""
+"""The usage numbers, one definition each (no database)."""
 
 import pytest
 
-from scheduling.quota_requests.usage import (
+from scheduling.usage import (
     QuotaLine,
-    apportion,
+    cohort_lent,
     compute_usage,
+    held_by_queue,
+    held_gpus,
     pod_set_gpus,
     projected_nominal_sum,
 )
@@ -44,6 +46,14 @@ def test_use_and_demand_without_a_quota_row_still_show():
     usage = compute_usage([], {(7, 2): 3}, {(8, 2): 5}, {7: None, 8: None})
     assert usage[(7, 2)].nominal == 0 and usage[(7, 2)].borrowed == 3
     assert usage[(8, 2)].pending_demand == 5
+    # Without a quota row nothing more may be borrowed there (the engine admits nothing).
+    assert usage[(8, 2)].borrowing_limit == 0
+
+
+def test_lent_does_not_depend_on_queue_names_only_on_what_each_could_lend():
+    # q1 borrows 3; q2 (idle 6) and q3 (idle 3) could lend 9 between them: 2 and 1, not 3 and 0.
+    usage = compute_usage([line(1, 2), line(2, 6), line(3, 3)], {(1, 1): 5}, {}, {})
+    assert (usage[(2, 1)].lent, usage[(3, 1)].lent) == (2, 1)
 
 
 @pytest.mark.parametrize(
@@ -55,8 +65,8 @@ def test_use_and_demand_without_a_quota_row_still_show():
     ],
     ids=["remainder-to-lower-key-on-tie", "capped-at-weights", "nothing-borrowed"],
 )
-def test_apportion(total, weights, want):
-    assert apportion(total, weights) == want
+def test_cohort_lent(total, weights, want):
+    assert cohort_lent(total, weights) == want
 
 
 def test_projection_applies_scheduled_changes_then_this_one():
@@ -64,6 +74,27 @@ def test_projection_applies_scheduled_changes_then_this_one():
     assert projected_nominal_sum({1: 8}, [], (3, 2)) == 10
 
 
-def test_pod_set_gpus_counts_shares_as_whole_gpus():
-    assert pod_set_gpus(replicas=4, gpus_per_replica=8, milli_gpu=None) == 32
-    assert pod_set_gpus(replicas=3, gpus_per_replica=1, milli_gpu=500) == 2
+@pytest.mark.parametrize(
+    ("pod_set", "want"),
+    [
+        ({"replicas": 4, "gpus_per_replica": 8}, 32),
+        ({"replicas": 3, "gpus_per_replica": 0, "milli_gpu": 500}, 2),
+        ({"replicas": 3, "gpus_per_replica": 1, "milli_gpu": 500}, 2),
+        ({"replicas": 2, "gpus_per_replica": 1, "milli_gpu": 1000}, 2),
+        ({"replicas": 7, "gpus_per_replica": 0, "mig_profile": "1g.10gb"}, 1),
+        ({"replicas": 3, "gpus_per_replica": 0, "mig_profile": "3g.40gb"}, 2),
+    ],
+    ids=["whole-gpus", "shares-add-up-and-round-up", "a-share-with-gpus-1", "a-full-share-is-a-gpu",
+         "seven-small-mig-slices-fill-one-gpu", "mig-slices-round-up"],
+)
+def test_gpus_asked_are_what_quota_charges(pod_set, want):
+    assert pod_set_gpus(**pod_set) == want
+
+
+def test_gpus_held_round_up_per_workload_then_add_up_per_queue():
+    assert (held_gpus(0), held_gpus(1), held_gpus(1000), held_gpus(1500)) == (0, 1, 1, 2)
+    # Two workloads of half a GPU each in one queue hold a GPU each.
+    assert held_by_queue([("q", "H100", 500), ("q", "H100", 500), ("r", "H100", 2000)]) == {
+        ("q", "H100"): 2,
+        ("r", "H100"): 2,
+    }
