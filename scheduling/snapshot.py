@@ -228,7 +228,9 @@ def _load_queues(held: list[tuple], flavor_of_node: dict[int, str], queue_of: di
     return queues
 
 
-def _held_by_queue(held: list[tuple], flavor_of_node: dict[int, str], queue_of: dict[int, str]):
+def _held_by_queue(
+    held: list[tuple], flavor_of_node: dict[int, str], queue_of: dict[int, str]
+) -> dict[tuple[str, str], int]:
     """GPUs in use per (queue, flavor), from the active allocations (scheduling.usage's rule)."""
     per_workload: dict[tuple[int, str], int] = defaultdict(int)
     for wid, _ps, _name, _r, _gpu, node_id, milli, *_ in held:
