@@ -1,7 +1,7 @@
 """The placement round: load a snapshot, let the pure engine decide, commit atomically.
 
 Phases (each one's duration is logged and kept on the PlacementRound row):
-1. load: the whole state in a fixed number of queries (scheduling.selectors.snapshot_load);
+1. load: the whole state in a fixed number of queries (scheduling.snapshot.snapshot_load);
 2. compute: scheduling.engine.schedule(snapshot), no database access;
 3. commit: ONE transaction (none when the round has nothing to write). It takes the round
    lock (an advisory lock on PostgreSQL, the SchedulerLock row everywhere), claims the admitted
@@ -38,7 +38,7 @@ from scheduling.engine import schedule
 from scheduling.engine.types import Admit, RoundResult, WorkloadSpec
 from scheduling.executors import Executor, ReplicaAssignment, executor_for_kind
 from scheduling.models import PlacementRound, SchedulerLock, Workload
-from scheduling.selectors import SnapshotIndex, placements_to_json, snapshot_load
+from scheduling.snapshot import SnapshotIndex, placements_to_json, snapshot_load
 
 from .allocation import AllocationRow, GangClaim, allocations_claim
 from .bulk import by_ids, rows_update

@@ -125,8 +125,8 @@ def test_another_executor_registers_with_one_line_and_gets_the_gangs_of_its_pool
 def test_the_simulated_executor_starts_a_gang_in_the_transaction_that_admits_it(research_queue, clock):
     from scheduling.engine import schedule
     from scheduling.models import WorkloadTransition
-    from scheduling.selectors import snapshot_load
     from scheduling.services.rounds import round_commit
+    from scheduling.snapshot import snapshot_load
 
     w = workload_submit(spec=training("t", 16), actor=HEALTH)
     clock.advance(30)
