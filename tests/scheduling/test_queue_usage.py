@@ -46,3 +46,13 @@ def test_the_queues_page_the_api_and_the_team_page_show_the_same_lent(client, co
     assert page == api == team_page
     assert page["alpha-q"][:3] == (5, 3, 0)
     assert (page["beta-q"][2], page["gamma-q"][2]) == (2, 1)
+
+
+def test_a_waiting_workload_asks_for_what_its_queue_shows_as_pending_demand(client, cohort_borrowing, team):
+    client.force_login(cohort_borrowing)
+    page = client.get("/scheduling/queues/").context
+    [halves] = page["waiting"]["alpha-q"]
+    [team_waiting] = [w for w in client.get(f"/scheduling/teams/{team.pk}/").context["workloads"] if w.position]
+    demand = {row["queue"]: row["pending_demand"] for row in page["usage"]}["alpha-q"]
+    # Three halves of a GPU are charged as two GPUs, on every page that counts them.
+    assert halves.total_gpus == team_waiting.total_gpus == demand == 2
