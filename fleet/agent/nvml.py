@@ -10,7 +10,7 @@ Public API:
     NvmlEvent               frozen dataclass: xid, gpu_uuid, pci_bus_id, at (aware datetime)
     NvmlFacade              init/shutdown, driver_version, device_count, devices, ecc_counters, retired_pages,
                             row_remapping, utilization, temperature_c, power_w, memory_used_mib,
-                            recovery_action, health(index) -> payloads.GpuHealth, wait_xid_events(timeout_ms)
+                            recovery_action, health(index) -> payloads.GpuHealthReport, wait_xid_events(timeout_ms)
     nvlink_groups(devices) -> dict[uuid, group]
                             connected components of the NVLink graph (NVSwitches count as nodes, so GPUs
                             behind one switch fabric share a group); numbered from 0 by lowest GPU index
@@ -28,7 +28,7 @@ from typing import Any
 
 from health.core.pci import normalize_pci_bus_id
 
-from .payloads import EccCounters, GpuHealth, RetiredPages, RowRemap
+from .payloads import EccCounters, GpuHealthReport, RetiredPages, RowRemap
 
 NVML_NOT_FOUND_MESSAGE = "NVML not found: is the NVIDIA driver installed?"
 
@@ -273,11 +273,11 @@ class NvmlFacade:
             return None
         return int(values[0].value.uiVal)
 
-    def health(self, index: int, uuid: str) -> GpuHealth:
+    def health(self, index: int, uuid: str) -> GpuHealthReport:
         """All health readings of one GPU; `lost=True` when NVML reports the GPU gone from the bus."""
         try:
             gpu_util, mem_util = self.utilization(index)
-            return GpuHealth(
+            return GpuHealthReport(
                 uuid=uuid, index=index, gpu_util_pct=gpu_util, mem_util_pct=mem_util,
                 memory_used_mib=self.memory_used_mib(index), temperature_c=self.temperature_c(index),
                 power_w=self.power_w(index), ecc=self.ecc_counters(index), retired_pages=self.retired_pages(index),
@@ -285,7 +285,7 @@ class NvmlFacade:
             )
         except self._nvml.NVMLError as exc:
             if getattr(exc, "value", None) == getattr(self._nvml, "NVML_ERROR_GPU_IS_LOST", object()):
-                return GpuHealth(uuid=uuid, index=index, lost=True)
+                return GpuHealthReport(uuid=uuid, index=index, lost=True)
             raise
 
     # --- events ------------------------------------------------------------------------------------

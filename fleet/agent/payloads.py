@@ -22,7 +22,7 @@ RegisterPayload (inventory)
         nvlink_group: int (connected component of the NVLink graph; a GPU without NVLink is alone)
 HeartbeatPayload (health)
     schema: 1, node: str, seq: int (increments per heartbeat, restarts at 0 with the agent), sent_at
-    gpus: [GpuHealth]
+    gpus: [GpuHealthReport]
         uuid, index, lost: bool (NVML says the GPU is gone: treat as fallen off the bus),
         gpu_util_pct, mem_util_pct, memory_used_mib, temperature_c, power_w: number | null,
         ecc: {volatile_dbe, volatile_sbe, aggregate_dbe, aggregate_sbe: int | null},
@@ -117,7 +117,7 @@ class RowRemap:
 
 
 @dataclass(slots=True)
-class GpuHealth:
+class GpuHealthReport:
     uuid: str
     index: int
     lost: bool = False
@@ -161,7 +161,7 @@ class HeartbeatPayload:
     node: str
     seq: int
     sent_at: str
-    gpus: list[GpuHealth]
+    gpus: list[GpuHealthReport]
     events: list[XidEvent] = field(default_factory=list)
     burn_in: BurnInReport | None = None
     schema: int = SCHEMA_VERSION

@@ -32,7 +32,7 @@ from .payloads import (
     MAX_BURN_IN_DETAILS,
     REGISTER_PATH,
     BurnInReport,
-    GpuHealth,
+    GpuHealthReport,
     GpuInventory,
     HeartbeatPayload,
     MigInstance,
@@ -50,7 +50,7 @@ class AgentError(RuntimeError):
 class Facade(Protocol):
     def driver_version(self) -> str | None: ...
     def devices(self) -> list[DeviceInfo]: ...
-    def health(self, index: int, uuid: str) -> GpuHealth: ...
+    def health(self, index: int, uuid: str) -> GpuHealthReport: ...
     def wait_xid_events(self, timeout_ms: int) -> list[NvmlEvent]: ...
 
 
@@ -86,7 +86,7 @@ def xid_event_payload(event: NvmlEvent, node: str) -> XidEvent:
     )
 
 
-def _lost_event(health: GpuHealth, device: DeviceInfo | None, node: str, at: datetime) -> XidEvent:
+def _lost_event(health: GpuHealthReport, device: DeviceInfo | None, node: str, at: datetime) -> XidEvent:
     # No timestamp in the key: a GPU stays lost for many heartbeats and is one event.
     key = make_dedup_key(node=node, gpu_uuid=health.uuid, kind="gpu_lost", xid=None, raw=f"lost:{health.uuid}")
     return XidEvent(

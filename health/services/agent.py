@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from core.actors import Actor
 from core.audit import audit_record
-from fleet.agent.payloads import GpuHealth, HeartbeatPayload, RegisterPayload, XidEvent
-from fleet.choices import GpuHealth as GpuHealthState
-from fleet.models import Gpu, Node, is_placeholder_gpu_uuid
+from fleet.agent.payloads import GpuHealthReport, HeartbeatPayload, RegisterPayload, XidEvent
+from fleet.models import Gpu, Node
+from fleet.services import GpuWanted, Retire, gpus_reconcile, node_hostname_set
 from health.choices import EventSource, Reporter, TicketState
 from health.core import policy
 from health.core.pci import normalize_pci_bus_id
@@ -24,9 +24,6 @@ from health.models import AgentStatus, BurnInResult
 from .events import SignalOutcome, signals_apply
 from .liveness import node_seen
 from .readings import ReadingRow, readings_store
-
-# A parked index for GPUs being renumbered (unique node+index), as fleet's importer does.
-_PARKING_INDEX = 30000
 
 
 class NotRegistered(Exception):
@@ -71,37 +68,24 @@ def _gpu_fields(gpu: Any) -> dict[str, Any]:
 
 
 def agent_register(*, node: Node, payload: RegisterPayload, now: datetime | None = None) -> dict[str, int]:
-    """Upsert the node's GPUs as the agent sees them (by UUID). GPUs the agent no longer reports
-    are marked unhealthy rather than deleted: allocations and events still point at them."""
+    """Reconciles the node's GPUs with the boards the agent sees (fleet.services.gpus_reconcile):
+    placeholders are identified in place, and boards the agent no longer reports are kept,
+    unhealthy and out of their slot, because allocations and events still point at them."""
     now = now or timezone.now()
     actor = agent_actor(node)
-    counts = {"created": 0, "updated": 0, "unchanged": 0, "missing": 0, "identified": 0}
-    reported = {g.uuid for g in payload.gpus}
     with transaction.atomic():
         node = Node.objects.select_for_update().get(pk=node.pk)
-        current = {g.uuid: g for g in Gpu.objects.select_for_update().filter(node=node).order_by("pk")}
-        foreign = set(Gpu.objects.filter(uuid__in=reported).exclude(node=node).values_list("uuid", flat=True))
-        if foreign:
-            raise ValidationError({"gpus": [f"GPU {sorted(foreign)[0]} belongs to another node"]})
-        _park_renumbered(payload, current)
-        unidentified = {g.index: g for g in current.values() if is_placeholder_gpu_uuid(g.uuid)}
-        for spec in payload.gpus:
-            gpu = current.get(spec.uuid)
-            if gpu is None and spec.index in unidentified:
-                unidentified_gpu = unidentified.pop(spec.index)
-                del current[unidentified_gpu.uuid]
-                _unidentified_gpu_identify(node, spec, unidentified_gpu, actor, counts)
-                continue
-            _gpu_upsert(node, spec, gpu, actor, counts)
-        for uuid, gpu in current.items():
-            if uuid not in reported and gpu.health != GpuHealthState.UNHEALTHY:
-                Gpu.objects.filter(pk=gpu.pk).update(health=GpuHealthState.UNHEALTHY)
-                audit_record(actor=actor, verb="gpu.health", target=gpu, reason="not reported by the agent",
-                             before={"health": gpu.health}, after={"health": GpuHealthState.UNHEALTHY})
-                counts["missing"] += 1
-        fields = {"hostname": payload.hostname[:255]} if payload.hostname else {}
-        if fields and node.hostname != payload.hostname:
-            Node.objects.filter(pk=node.pk).update(**fields)
+        try:
+            done = gpus_reconcile(
+                wanted=[(node, [GpuWanted(uuid=g.uuid, index=g.index, fields=_gpu_fields(g)) for g in payload.gpus])],
+                actor=actor, reason=f"agent inventory of {node.name}", retire=Retire.KEEP,
+            )
+        except ValidationError as exc:
+            raise ValidationError({"gpus": exc.messages}) from exc
+        counts = {"created": done.created, "updated": done.updated, "unchanged": done.unchanged,
+                  "missing": done.marked_unhealthy, "identified": done.identified}
+        if payload.hostname:
+            node_hostname_set(node=node, hostname=payload.hostname, actor=actor, reason="reported by the agent")
         AgentStatus.objects.update_or_create(
             node=node,
             defaults={
@@ -116,44 +100,7 @@ def agent_register(*, node: Node, payload: RegisterPayload, now: datetime | None
     return counts
 
 
-def _park_renumbered(payload: RegisterPayload, current: dict[str, Gpu]) -> None:
-    wanted = {g.uuid: g.index for g in payload.gpus}
-    moving = [g for uuid, g in current.items() if uuid in wanted and g.index != wanted[uuid]]
-    for offset, gpu in enumerate(moving):
-        Gpu.objects.filter(pk=gpu.pk).update(index=_PARKING_INDEX + offset)
-
-
-def _unidentified_gpu_identify(node: Node, spec: Any, gpu: Gpu, actor: Actor, counts: dict[str, int]) -> None:
-    """A GPU a scheduler back-end created without knowing its identity (Slurm's GRES count) gets
-    the agent's UUID and PCI bus id in place: allocations, readings and events keep pointing at it."""
-    fields = {"uuid": spec.uuid, "index": spec.index, **_gpu_fields(spec)}
-    Gpu.objects.filter(pk=gpu.pk).update(**fields)
-    audit_record(actor=actor, verb="gpu.identify", target=gpu, reason=f"agent inventory of {node.name}",
-                 before={"uuid": gpu.uuid, "pci_bus_id": gpu.pci_bus_id},
-                 after={"uuid": spec.uuid, "pci_bus_id": fields["pci_bus_id"]})
-    counts["identified"] += 1
-
-
-def _gpu_upsert(node: Node, spec: Any, gpu: Gpu | None, actor: Actor, counts: dict[str, int]) -> None:
-    fields = {"index": spec.index, **_gpu_fields(spec)}
-    if gpu is None:
-        # A replaced GPU gives up its slot; it stays (unhealthy, parked) for the records that point at it.
-        Gpu.objects.filter(node=node, index=spec.index).update(index=_PARKING_INDEX + 1000 + spec.index)
-        created = Gpu.objects.create(node=node, uuid=spec.uuid, **fields)
-        audit_record(actor=actor, verb="gpu.create", target=created, after={"uuid": spec.uuid, "index": spec.index})
-        counts["created"] += 1
-        return
-    changed = {k: v for k, v in fields.items() if getattr(gpu, k) != v}
-    if not changed:
-        counts["unchanged"] += 1
-        return
-    Gpu.objects.filter(pk=gpu.pk).update(**changed)
-    audit_record(actor=actor, verb="gpu.update", target=gpu, before={k: getattr(gpu, k) for k in changed},
-                 after=changed)
-    counts["updated"] += 1
-
-
-def _level(kind: policy.SignalKind, node: Node, gpu: GpuHealth, text: str, **extra: Any) -> policy.HealthSignal:
+def _level(kind: policy.SignalKind, node: Node, gpu: GpuHealthReport, text: str, **extra: Any) -> policy.HealthSignal:
     return policy.HealthSignal(kind=kind, node=node.name, gpu_uuid=gpu.uuid, evidence=f"agent {text}",
                                raw=f"agent:{gpu.uuid}:{text}", **extra)
 

@@ -55,7 +55,8 @@ def test_the_original_board_coming_back_takes_its_slot_again(n1):
     assert _slots() == {i: f"GPU-H100-SXM-80GB-1-{i}" for i in range(8)}
     assert counts["missing"] == 1 and counts["created"] == 0
     assert Gpu.objects.get(uuid="GPU-replacement-a").health == "unhealthy"
-    moved = AuditEvent.objects.filter(verb="gpu.update", target_id=str(Gpu.objects.get(uuid=ORIGINAL).pk)).last()
+    original = Gpu.objects.get(uuid=ORIGINAL)
+    moved = AuditEvent.objects.for_target(original).filter(verb="gpu.update").order_by("pk").last()
     assert moved.after["index"] == 0
 
 

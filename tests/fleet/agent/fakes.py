@@ -10,7 +10,7 @@ from typing import Any
 import pynvml
 
 from fleet.agent.nvml import DeviceInfo, NvmlEvent
-from fleet.agent.payloads import EccCounters, GpuHealth, RowRemap
+from fleet.agent.payloads import EccCounters, GpuHealthReport, RowRemap
 
 
 @dataclass
@@ -203,10 +203,10 @@ class FakeFacade:
     def devices(self) -> list[DeviceInfo]:
         return list(self.devices_)
 
-    def health(self, index: int, uuid: str) -> GpuHealth:
+    def health(self, index: int, uuid: str) -> GpuHealthReport:
         if uuid in self.lost:
-            return GpuHealth(uuid=uuid, index=index, lost=True)
-        return GpuHealth(
+            return GpuHealthReport(uuid=uuid, index=index, lost=True)
+        return GpuHealthReport(
             uuid=uuid, index=index, gpu_util_pct=87.0, mem_util_pct=40.0, memory_used_mib=1024.0,
             temperature_c=61.0, power_w=455.5, ecc=EccCounters(0, 3, 0, 9),
             row_remap=RowRemap(0, 0, False, False), recovery_action=0,
