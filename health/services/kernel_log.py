@@ -11,8 +11,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.actors import Actor
-from core.audit import audit_record
 from fleet.models import Gpu, Node
+from fleet.services import gpu_pci_bus_id_set
 from health.choices import EventSource, TicketState
 from health.core import kernel_log, policy
 from health.core.pci import normalize_pci_bus_id
@@ -55,11 +55,7 @@ def _learn(node: Node, events: Sequence[kernel_log.KernelEvent], gpus: list[Gpu]
     for pci, uuid in learned.items():
         gpu = by_uuid.get(uuid)
         if gpu is not None and normalize_pci_bus_id(gpu.pci_bus_id) != pci:
-            before = gpu.pci_bus_id
-            gpu.pci_bus_id = pci
-            Gpu.objects.filter(pk=gpu.pk).update(pci_bus_id=pci)
-            audit_record(actor=actor, verb="gpu.pci_bus_id", target=gpu, reason=f"kernel log of {node.name}",
-                         before={"pci_bus_id": before}, after={"pci_bus_id": pci})
+            gpu_pci_bus_id_set(gpu=gpu, pci_bus_id=pci, reason=f"kernel log of {node.name}", actor=actor)
     return learned
 
 

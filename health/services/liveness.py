@@ -9,9 +9,9 @@ from datetime import datetime
 from django.conf import settings
 from django.db import transaction
 
-from core.audit import audit_record
 from fleet.choices import NodeState
 from fleet.models import Node
+from fleet.services import Mover, node_heartbeat_record, node_state_move
 from health.choices import EventKind, EventSource, Severity
 from health.core import policy
 from health.models import HealthEvent
@@ -26,17 +26,13 @@ def _silence_key(node: Node) -> str:
 def node_seen(*, node: Node, now: datetime) -> bool:
     """Record that the node reported. Returns True when it came back from `unknown` (then ready).
     Runs in the caller's transaction, which already holds the node's row lock."""
-    Node.objects.filter(pk=node.pk).update(last_heartbeat=now)
-    node.last_heartbeat = now
+    node_heartbeat_record(node=node, at=now)
     if node.state != NodeState.UNKNOWN:
         return False
-    Node.objects.filter(pk=node.pk, state=NodeState.UNKNOWN).update(state=NodeState.READY)
-    node.state = NodeState.READY
+    node_state_move(node=node, to=NodeState.READY, by=Mover.LIVENESS, reason="reporting again", actor=HEALTH_ACTOR)
     HealthEvent.objects.filter(node=node, kind=EventKind.HEARTBEAT_LOST, resolved_at__isnull=True).update(
         resolved_at=now
     )
-    audit_record(actor=HEALTH_ACTOR, verb="node.ready", target=node, reason="reporting again",
-                 before={"state": NodeState.UNKNOWN}, after={"state": NodeState.READY})
     return True
 
 
@@ -54,11 +50,9 @@ def nodes_mark_stale(*, now: datetime) -> list[str]:
                 continue
             if (now - node.last_heartbeat).total_seconds() < after_s:
                 continue
-            Node.objects.filter(pk=node.pk).update(state=NodeState.UNKNOWN)
             evidence = f"no heartbeat or telemetry since {node.last_heartbeat.isoformat()} ({after_s} s limit)"
+            node_state_move(node=node, to=NodeState.UNKNOWN, by=Mover.LIVENESS, reason=evidence, actor=HEALTH_ACTOR)
             condition_record(node=node, kind=EventKind.HEARTBEAT_LOST, source=EventSource.WATCHDOG,
                              evidence=evidence, key=_silence_key(node), now=now, severity=Severity.WARNING)
-            audit_record(actor=HEALTH_ACTOR, verb="node.unknown", target=node, reason=evidence,
-                         before={"state": NodeState.READY}, after={"state": NodeState.UNKNOWN})
             marked.append(name)
     return marked

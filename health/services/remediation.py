@@ -17,6 +17,7 @@ from core.actors import Actor
 from core.audit import audit_record
 from fleet.choices import GpuHealth, NodeState
 from fleet.models import Gpu, Node
+from fleet.services import gpu_health_set, node_cordon, node_labels_set
 from health.core import policy
 from health.models import HealthEvent
 
@@ -41,8 +42,6 @@ def _node(run: _Run, name: str) -> Node | None:
 
 
 def _cordon(run: _Run, action: policy.CordonNode) -> dict[str, Any]:
-    from fleet.services import node_cordon
-
     node = _node(run, action.node)
     if node is None:
         return {"done": False, "why": "unknown node"}
@@ -62,10 +61,7 @@ def _mark_gpu(run: _Run, action: policy.MarkGpu) -> dict[str, Any]:
     # Never downgrade: a suspect report must not hide an earlier fatal one.
     if _HEALTH_RANK[GpuHealth(gpu.health)] >= _HEALTH_RANK[GpuHealth(action.health)]:
         return {"done": False, "why": f"already {gpu.health}"}
-    before = gpu.health
-    Gpu.objects.filter(pk=gpu.pk).update(health=action.health)
-    audit_record(actor=run.actor, verb="gpu.health", target=gpu, reason=run.event.evidence[:2000],
-                 before={"health": before}, after={"health": action.health})
+    gpu_health_set(gpu=gpu, health=action.health, reason=run.event.evidence[:2000], actor=run.actor)
     return {"done": True}
 
 
@@ -130,9 +126,9 @@ def _suspect(run: _Run, action: policy.MarkNodesSuspect) -> dict[str, Any]:
         labels = dict(node.labels)
         before = labels.get(SUSPECT_LABEL)
         labels[SUSPECT_LABEL] = run.now.isoformat()
-        Node.objects.filter(pk=node.pk).update(labels=labels)
-        audit_record(actor=run.actor, verb="node.suspect", target=node, reason=run.event.evidence[:2000],
-                     before={SUSPECT_LABEL: before}, after={SUSPECT_LABEL: labels[SUSPECT_LABEL]})
+        node_labels_set(node=node, labels=labels, actor=run.actor, verb="node.suspect",
+                        reason=run.event.evidence[:2000], before={SUSPECT_LABEL: before},
+                        after={SUSPECT_LABEL: labels[SUSPECT_LABEL]})
         marked.append(node.name)
     return {"done": bool(marked), "nodes": marked}
 

@@ -15,6 +15,7 @@ from core.actors import Actor
 from core.audit import audit_record
 from fleet.choices import NodeState
 from fleet.models import Node
+from fleet.services import Mover, NodeStateConflict, node_state_move
 from health.choices import Reporter, TicketState, ticket_moves
 from health.models import BurnInResult, HealthEvent, RepairTicket, TicketTransition
 
@@ -34,18 +35,8 @@ def _reason(reason: str | None) -> str:
 
 
 def _node_state_set(node: Node, state: str, *, reason: str, actor: Actor) -> None:
-    """Repair and burn-in states belong to this app (fleet's services refuse to touch them)."""
-    locked = Node.objects.select_for_update().get(pk=node.pk)
-    if locked.state == state:
-        return
-    before = {"state": locked.state}
-    fields = {"state": state}
-    if state == NodeState.READY:
-        fields.update(cordon_reason="", cordoned_by="", cordoned_at=None)
-    Node.objects.filter(pk=locked.pk).update(**fields)
-    for name, value in fields.items():
-        setattr(node, name, value)
-    audit_record(actor=actor, verb=f"node.{state}", target=locked, reason=reason, before=before, after={"state": state})
+    """Repair and burn-in states belong to this app: fleet lets only Mover.HEALTH make those moves."""
+    node_state_move(node=node, to=NodeState(state), by=Mover.HEALTH, reason=reason, actor=actor)
 
 
 def _transition(ticket: RepairTicket, to_state: str, *, reason: str, actor: Actor, now: datetime) -> None:
@@ -197,8 +188,6 @@ def uncordon_check(*, node: Node, override: bool, reason: str, actor: Actor) -> 
     if ticket is None:
         return None
     if not override:
-        from fleet.services import NodeStateConflict
-
         raise NodeStateConflict(
             f"Node {node.name} has an open repair ticket (#{ticket.pk}, {ticket.get_state_display().lower()}); "
             "it returns after a passed burn-in, or tick override to uncordon anyway.",

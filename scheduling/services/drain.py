@@ -13,6 +13,7 @@ from core.actors import Actor
 from core.audit import audit_record
 from fleet.choices import NodeState
 from fleet.models import Node
+from fleet.services import node_cordon
 from scheduling.choices import ACTIVE_STATES, WorkloadState
 from scheduling.models import Allocation, Workload
 
@@ -52,8 +53,6 @@ def node_drain(
     runs out, and the executor tick then requeues it, as for any graceful preemption. Freeing
     its GPUs at once would let the next round place other work on them while it still exits.
     Without a grace, or not yet running, it is stopped and requeued at once."""
-    from fleet.services import node_cordon
-
     reason = (reason or "").strip()
     if not reason:
         raise ValidationError({"reason": ["A reason is required to drain a node."]})
