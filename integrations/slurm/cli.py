@@ -124,12 +124,12 @@ class SlurmCli:
             raise SlurmCommandFailed(f"scontrol show node {name}: expected one node, got {len(found)}")
         return found[0]
 
-    def topology(self) -> parsers.Topology:
+    def topology(self) -> parsers.SlurmTopology:
         """Switches of topology/tree; empty when the cluster has no tree topology."""
         try:
             return parsers.parse_topology(self.run("scontrol", "show", "topology"))
         except SlurmCommandFailed:
-            return parsers.Topology(switches={})
+            return parsers.SlurmTopology(switches={})
 
     def cluster_name(self) -> str:
         for line in self.run("scontrol", "show", "config").splitlines():

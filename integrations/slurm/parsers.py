@@ -144,7 +144,7 @@ _SINFO_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 @dataclass(frozen=True, slots=True)
-class NodeState:
+class SlurmNodeState:
     """A node's base state plus its flags, however Slurm spelled them."""
 
     base: str
@@ -187,7 +187,7 @@ class NodeState:
         return "+".join([self.base, *sorted(self.flags)])
 
 
-def parse_node_state(text: str) -> NodeState:
+def parse_node_state(text: str) -> SlurmNodeState:
     """`DOWN+DRAIN+NOT_RESPONDING`, `IDLE+DYNAMIC_NORM`, `DOWN*+DRAIN`, `drng@`, `idle~`, `mix`."""
     raw = text.strip()
     if not raw:
@@ -209,7 +209,7 @@ def parse_node_state(text: str) -> NodeState:
             flags.add("NOT_RESPONDING")
         elif upper:
             flags.add(upper)
-    return NodeState(base=explicit or implied or "UNKNOWN", flags=frozenset(flags))
+    return SlurmNodeState(base=explicit or implied or "UNKNOWN", flags=frozenset(flags))
 
 
 def _strip_suffixes(token: str) -> tuple[str, set[str]]:
@@ -220,11 +220,11 @@ def _strip_suffixes(token: str) -> tuple[str, set[str]]:
     return token, flags
 
 
-def state_from_json(state: Any, state_flags: Iterable[str] = ()) -> NodeState:
+def state_from_json(state: Any, state_flags: Iterable[str] = ()) -> SlurmNodeState:
     """v0.0.38: `"idle"` + `["DRAIN"]`; v0.0.39+: `["IDLE", "DRAIN"]`."""
     if isinstance(state, str):
         parsed = parse_node_state(state)
-        return NodeState(parsed.base, parsed.flags | {f.upper() for f in state_flags})
+        return SlurmNodeState(parsed.base, parsed.flags | {f.upper() for f in state_flags})
     if isinstance(state, list) and state:
         return parse_node_state("+".join(str(s) for s in [*state, *state_flags]))
     raise SlurmParseError(f"node state {state!r} is neither a string nor a list")
@@ -411,7 +411,7 @@ class SlurmNode:
     """One node as Slurm reports it, whichever command it came from."""
 
     name: str
-    state: NodeState
+    state: SlurmNodeState
     gpus: GpuGres
     gpus_used: int = 0
     reason: Reason | None = None
@@ -689,7 +689,7 @@ class Switch:
 
 
 @dataclass(frozen=True, slots=True)
-class Topology:
+class SlurmTopology:
     switches: dict[str, Switch]
 
     def leaf_of(self, node: str) -> Switch | None:
@@ -702,7 +702,7 @@ class Topology:
         return min(parents, key=lambda s: (s.level, s.name)) if parents else None
 
 
-def parse_topology(text: str) -> Topology:
+def parse_topology(text: str) -> SlurmTopology:
     """`scontrol show topology` (topology/tree) -> switches with their nodes and children."""
     switches: dict[str, Switch] = {}
     for line in text.splitlines():
@@ -717,7 +717,7 @@ def parse_topology(text: str) -> Topology:
             nodes=tuple(expand_hostlist(fields.get("Nodes", ""))),
             switches=tuple(expand_hostlist(fields.get("Switches", ""))),
         )
-    return Topology(switches=switches)
+    return SlurmTopology(switches=switches)
 
 
 # --- configuration lines ---------------------------------------------------------------------

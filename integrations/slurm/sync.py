@@ -23,8 +23,24 @@ from django.utils import timezone
 from core.actors import Actor
 from core.audit import audit_record
 from fleet import flavors as flavor_names
-from fleet.choices import ExecutorKind, GpuHealth, NodeState
-from fleet.models import Gpu, GpuFlavor, Node, Rack, Spine, placeholder_gpu_uuid
+from fleet.choices import ExecutorKind, NodeState
+from fleet.models import GpuFlavor, Node, Rack, Spine, placeholder_gpu_uuid
+from fleet.services import (
+    GpuWanted,
+    Mover,
+    Retire,
+    gpus_reconcile,
+    node_cordon,
+    node_create,
+    node_labels_set,
+    node_state_move,
+    node_uncordon,
+    node_update,
+)
+from health.choices import EventKind, EventSource
+from health.services import condition_record, condition_resolve
+from scheduling.models import Allocation, Workload
+from scheduling.services.workloads import workload_stop_gang
 
 from . import parsers
 from .cli import SlurmCli, get_cli
@@ -76,7 +92,7 @@ def slurm_inventory_sync(*, actor: Actor, cli: SlurmCli | None = None) -> SyncRe
 
 
 class _Reconciler:
-    def __init__(self, *, cluster: str, topology: parsers.Topology, actor: Actor) -> None:
+    def __init__(self, *, cluster: str, topology: parsers.SlurmTopology, actor: Actor) -> None:
         self.cluster = cluster
         self.topology = topology
         self.actor = actor
@@ -143,50 +159,33 @@ class _Reconciler:
             "memory_mib": snode.real_memory_mib,
         }
         if node is None:
-            node = Node(name=snode.name, pool=POOL, executor=ExecutorKind.SLURM, **values)
-            node.labels = {"slurm.cluster": self.cluster}
-            node.full_clean()
-            node.save()
-            audit_record(actor=self.actor, verb="node.create", target=node, reason="Slurm inventory sync",
-                         after=_describe(values))
+            node = node_create(
+                values={"name": snode.name, "pool": POOL, "executor": ExecutorKind.SLURM,
+                        "labels": {"slurm.cluster": self.cluster}, **values},
+                actor=self.actor, reason="Slurm inventory sync",
+            )
             self.result.created.append(node.name)
             return node
-        changed = {k: v for k, v in values.items() if getattr(node, k) != v}
-        if changed:
-            before = _describe({k: getattr(node, k) for k in changed})
-            for key, value in changed.items():
-                setattr(node, key, value)
-            node.save(update_fields=list(changed))
-            audit_record(actor=self.actor, verb="node.update", target=node, reason="Slurm inventory sync",
-                         before=before, after=_describe(changed))
+        if node_update(node=node, values=values, actor=self.actor, reason="Slurm inventory sync"):
             self.result.updated.append(node.name)
         return node
 
     def _sync_gpus(self, node: Node, snode: parsers.SlurmNode) -> None:
-        wanted = snode.gpus.count
-        current = {g.index: g for g in node.gpus.all()}
+        """Slurm knows how many GPUs a node has, not which: one placeholder per slot it counts
+        (the agent identifies them later). A slot past the count goes, or, when allocations
+        point at its GPU, stays unhealthy (fleet.services.gpus_reconcile, Retire.DELETE_UNUSED)."""
+        count = snode.gpus.count
         flavor = node.flavor
-        added = [
-            Gpu(
-                uuid=placeholder_gpu_uuid(POOL, self.cluster, node.name, index),
-                node=node,
-                index=index,
-                product=flavor.product if flavor else "",
-                memory_mib=flavor.memory_mib if flavor else 0,
-            )
-            for index in range(wanted)
-            if index not in current
-        ]
-        Gpu.objects.bulk_create(added)
-        extra = [g for index, g in current.items() if index >= wanted]
-        # A GPU that allocations point at is kept (PROTECT) but taken out of service.
-        referenced = Gpu.objects.filter(pk__in=[g.pk for g in extra], allocations__isnull=False)
-        held = set(referenced.values_list("pk", flat=True))
-        Gpu.objects.filter(pk__in=[g.pk for g in extra if g.pk not in held]).delete()
-        Gpu.objects.filter(pk__in=held).update(health=GpuHealth.UNHEALTHY)
-        if added or extra:
-            audit_record(actor=self.actor, verb="node.gpus_sync", target=node, reason=f"Slurm GRES {wanted} GPUs",
-                         before={"gpus": len(current)}, after={"gpus": wanted, "kept_unhealthy": len(held)})
+        fields = {"product": flavor.product if flavor else "", "memory_mib": flavor.memory_mib if flavor else 0}
+        before = node.gpus.count()
+        done = gpus_reconcile(
+            wanted=[(node, [GpuWanted(uuid=placeholder_gpu_uuid(POOL, self.cluster, node.name, index), index=index,
+                                      fields=fields) for index in range(count)])],
+            actor=self.actor, reason=f"Slurm GRES {count} GPUs", retire=Retire.DELETE_UNUSED,
+        )
+        if done.changed:
+            audit_record(actor=self.actor, verb="node.gpus_sync", target=node, reason=f"Slurm GRES {count} GPUs",
+                         before={"gpus": before}, after={"gpus": count, "kept_unhealthy": len(done.kept)})
 
     # --- state -----------------------------------------------------------------------------
 
@@ -204,20 +203,20 @@ class _Reconciler:
             else:
                 self._undrained_in_slurm(node, labels)
         if labels != node.labels:
-            Node.objects.filter(pk=node.pk).update(labels=labels)
-            node.labels = labels
+            # Slurm's facts, refreshed on every sync: their changes are Slurm's own history.
+            node_labels_set(node=node, labels=labels)
 
     def _went_down(self, node: Node, snode: parsers.SlurmNode, labels: dict[str, Any]) -> None:
         if labels.get("slurm.not_responding"):
             return  # already handled on an earlier sync
         labels["slurm.not_responding"] = True
         reason = f"Slurm reports {node.name} {snode.state}" + (f": {snode.reason.text}" if snode.reason else "")
-        before = {"state": node.state}
         if node.state == NodeState.READY:
-            Node.objects.filter(pk=node.pk).update(state=NodeState.UNKNOWN)
-            node.state = NodeState.UNKNOWN
-        audit_record(actor=self.actor, verb="node.not_responding", target=node, reason=reason, before=before,
-                     after={"state": node.state, "slurm.state": str(snode.state)})
+            node_state_move(node=node, to=NodeState.UNKNOWN, by=Mover.LIVENESS, reason=reason, actor=self.actor,
+                            verb="node.not_responding", after_extra={"slurm.state": str(snode.state)})
+        else:  # already out of placement (cordoned, in repair): only the outage is recorded
+            audit_record(actor=self.actor, verb="node.not_responding", target=node, reason=reason,
+                         before={"state": node.state}, after={"state": node.state, "slurm.state": str(snode.state)})
         self._health_event(node, reason)
         self.result.not_responding.append(node.name)
         self._requeue_workloads_on(node, reason)
@@ -225,30 +224,23 @@ class _Reconciler:
     def _health_event(self, node: Node, reason: str) -> None:
         """The health app's record of the outage: it shows on the node's health tab and events page,
         resolved when Slurm hears from the node again. One event per outage (the key has its start)."""
-        from health.choices import EventKind, EventSource
-        from health.services import condition_record
-
         condition_record(node=node, kind=EventKind.HEARTBEAT_LOST, source=EventSource.SLURM, evidence=reason,
                          key=f"slurm|{node.pk}|{self.now.isoformat()}", now=self.now)
 
     def _came_back(self, node: Node, snode: parsers.SlurmNode) -> None:
-        before = {"state": node.state}
+        reason = f"Slurm reports {snode.state}"
         if node.state == NodeState.UNKNOWN:
-            Node.objects.filter(pk=node.pk).update(state=NodeState.READY)
-            node.state = NodeState.READY
-        audit_record(actor=self.actor, verb="node.responding", target=node, reason=f"Slurm reports {snode.state}",
-                     before=before, after={"state": node.state})
-        from health.choices import EventKind, EventSource
-        from health.services import condition_resolve
-
+            node_state_move(node=node, to=NodeState.READY, by=Mover.LIVENESS, reason=reason, actor=self.actor,
+                            verb="node.responding")
+        else:
+            audit_record(actor=self.actor, verb="node.responding", target=node, reason=reason,
+                         before={"state": node.state}, after={"state": node.state})
         condition_resolve(node=node, kind=EventKind.HEARTBEAT_LOST, source=EventSource.SLURM, now=self.now)
         self.result.recovered.append(node.name)
 
     def _drained_in_slurm(self, node: Node, snode: parsers.SlurmNode) -> None:
         if node.state not in (NodeState.READY, NodeState.UNKNOWN):
             return  # already out of service in Fleetdeck (its cordon, repair or burn-in)
-        from fleet.services import node_cordon
-
         reason = snode.reason.text if snode.reason else "drained in Slurm"
         updated = node_cordon(node=node, reason=reason, actor=SLURM_ACTOR)
         node.state, node.cordon_reason, node.cordoned_by = updated.state, updated.cordon_reason, updated.cordoned_by
@@ -258,8 +250,6 @@ class _Reconciler:
         if node.state != NodeState.CORDONED:
             return
         if node.cordoned_by == SLURM_ACTOR.label:
-            from fleet.services import node_uncordon
-
             updated = node_uncordon(node=node, reason="resumed in Slurm", actor=SLURM_ACTOR)
             node.state, node.cordoned_by = updated.state, updated.cordoned_by
             self.result.uncordoned.append(node.name)
@@ -270,9 +260,6 @@ class _Reconciler:
             audit_record(actor=self.actor, verb="slurm.drain_lost", target=node, reason=labels["slurm.error"])
 
     def _requeue_workloads_on(self, node: Node, reason: str) -> None:
-        from scheduling.models import Allocation, Workload
-        from scheduling.services.workloads import workload_stop_gang
-
         ids = set(Allocation.objects.filter(node=node, released_at__isnull=True).values_list("workload_id", flat=True))
         for workload in Workload.objects.filter(pk__in=ids).order_by("pk"):
             outcome = workload_stop_gang(workload=workload, reason=reason, actor=self.actor, grace_seconds=0)
@@ -285,17 +272,15 @@ class _Reconciler:
             other_cluster = node.labels.get("slurm.cluster") not in (None, self.cluster)
             if other_cluster or node.labels.get("slurm.state") == "MISSING":
                 continue
-            before = {"state": node.state}
-            labels = {**node.labels, "slurm.state": "MISSING"}
-            new_state = NodeState.UNKNOWN if node.state == NodeState.READY else node.state
-            Node.objects.filter(pk=node.pk).update(labels=labels, state=new_state)
-            audit_record(actor=self.actor, verb="node.slurm_missing", target=node,
-                         reason="no longer listed by Slurm", before=before, after={"state": new_state})
+            node_labels_set(node=node, labels={**node.labels, "slurm.state": "MISSING"})
+            reason = "no longer listed by Slurm"
+            if node.state == NodeState.READY:
+                node_state_move(node=node, to=NodeState.UNKNOWN, by=Mover.LIVENESS, reason=reason, actor=self.actor,
+                                verb="node.slurm_missing")
+            else:
+                audit_record(actor=self.actor, verb="node.slurm_missing", target=node, reason=reason,
+                             before={"state": node.state}, after={"state": node.state})
             self.result.missing.append(node.name)
-
-
-def _describe(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: (str(v) if hasattr(v, "pk") else v) for k, v in values.items()}
 
 
 def _flavor_spec(gres_type: str | None) -> tuple[str, str, int] | None:
@@ -342,12 +327,10 @@ def node_slurm_outcome_record(
                   "slurm.applied_at": timezone.now().isoformat()}
         if seen is not None:
             labels.update(_slurm_facts(seen))
-        locked.labels = labels
-        locked.save(update_fields=["labels"])
-        if applied is not None:
-            verb = f"slurm.{op}_applied" if applied else f"slurm.{op}_failed"
-            audit_record(actor=actor, verb=verb, target=locked, reason=error, before={"slurm": before},
-                         after={"slurm": _outcome(labels), "slurm.state": labels.get("slurm.state")})
+        # A pending outcome is not audited: the applied/failed one that follows is.
+        verb = "" if applied is None else f"slurm.{op}_applied" if applied else f"slurm.{op}_failed"
+        node_labels_set(node=locked, labels=labels, actor=actor, verb=verb, reason=error, before={"slurm": before},
+                        after={"slurm": _outcome(labels), "slurm.state": labels.get("slurm.state")})
     return locked
 
 

@@ -26,7 +26,7 @@ def test_it_reads_both_8_gpu_nodes_of_a_24_11_multi_line_dump(shared_dir):
     nodes = p.parse_scontrol_show_node(sample(shared_dir, COVERED[2]))
     assert [n.name for n in nodes] == ["worker-1", "worker-0"]
     worker = nodes[0]
-    assert worker.state == p.NodeState("IDLE", frozenset({"DYNAMIC_NORM"}))
+    assert worker.state == p.SlurmNodeState("IDLE", frozenset({"DYNAMIC_NORM"}))
     assert (worker.gpus.count, worker.gpus.type) == (8, "nvidia_h100_80gb_hbm3")
     assert worker.gpus_used == 0
     assert worker.partitions == ("main", "background")
@@ -51,7 +51,7 @@ def test_it_reads_a_mixed_node_whose_tres_lists_typed_and_untyped_gpus_once(shar
 
 def test_it_reads_a_down_drained_not_responding_node_and_its_admin_reason(shared_dir):
     (node,) = p.parse_scontrol_show_node(sample(shared_dir, COVERED[0]))
-    assert node.state == p.NodeState("DOWN", frozenset({"DRAIN", "NOT_RESPONDING"}))
+    assert node.state == p.SlurmNodeState("DOWN", frozenset({"DRAIN", "NOT_RESPONDING"}))
     assert node.state.drained and node.state.down and not node.state.responding
     assert node.reason == p.Reason("gets too hot", user="mw445520", at="2024-12-03T17:06:40")
     assert node.gpus.count == 4 and node.gpus_used == 0
@@ -260,7 +260,7 @@ def test_the_default_sinfo_table_of_two_partitions(shared_dir):
     rows = p.parse_sinfo_table(sample(shared_dir, COVERED[7]))
     assert [(r["PARTITION"], r["STATE"]) for r in rows] == [("main*", "idle"), ("background", "idle")]
     assert p.expand_hostlist(rows[0]["NODELIST"]) == ["worker-0", "worker-1"]
-    assert p.parse_node_state(rows[0]["STATE"]) == p.NodeState("IDLE")
+    assert p.parse_node_state(rows[0]["STATE"]) == p.SlurmNodeState("IDLE")
 
 
 def test_a_custom_sinfo_table_with_shards_counts_8_gpus_per_node(shared_dir):

@@ -183,7 +183,7 @@ def test_a_node_whose_slurmd_dies_becomes_unknown_and_its_gangs_are_requeued(
     os.kill(int((SLURM_BASE / "slurmd-n8.pid").read_text()), signal.SIGTERM)
 
     # Slurm calls it DOWN SlurmdTimeout after the last answer (about 30 s here); a bare idle* is
-    # not enough (see NodeState.failed).
+    # not enough (see SlurmNodeState.failed).
     wait_for(lambda: slurm.node("n8").state.failed, timeout=60, what="Slurm to mark n8 DOWN", interval=1)
     with django_capture_on_commit_callbacks(execute=True):
         result = synced()

@@ -38,7 +38,7 @@ class FakeCli:
             lines.append(line)
         return parsers.parse_scontrol_show_node("\n".join(lines))
 
-    def topology(self) -> parsers.Topology:
+    def topology(self) -> parsers.SlurmTopology:
         return parsers.parse_topology(TOPOLOGY)
 
     def cluster_name(self) -> str:
