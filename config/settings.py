@@ -22,7 +22,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -33,6 +32,7 @@ INSTALLED_APPS = [
     "integrations.slurm",
     "console",
     "demo",
+    "accounts",
 ]
 
 MIDDLEWARE = [
@@ -122,8 +122,9 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        # First, so an anonymous or refused request is a 401 that says "WWW-Authenticate: Token".
+        "core.authentication.PersonalAccessTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.TokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],

@@ -9,6 +9,7 @@ api_v1 = [
     path("", include("fleet.api.urls")),
     path("", include("scheduling.api.urls")),
     path("", include("health.api.urls")),
+    path("", include("accounts.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]
@@ -16,6 +17,7 @@ api_v1 = [
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("account/", include("accounts.urls")),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include(api_v1)),

@@ -5,6 +5,12 @@ from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from .models import PersonalAccessToken
+
+AUTOMATION_PREFIX = "automation:"
+NODE_AGENT_PREFIX = "automation:agent:"
+TOKEN_MARK = " (token "
+
 
 @dataclass(frozen=True)
 class Actor:
@@ -12,16 +18,16 @@ class Actor:
     user: AbstractBaseUser | None = None
 
     @classmethod
-    def for_user(cls, user: AbstractBaseUser, *, via_token: bool = False) -> Actor:
+    def for_user(cls, user: AbstractBaseUser, *, token: PersonalAccessToken | None = None) -> Actor:
         name = user.get_username()
-        return cls(label=f"{name} (API token)" if via_token else name, user=user)
+        # The prefix names which of the person's tokens it was, so a leaked one can be traced.
+        return cls(label=f"{name}{TOKEN_MARK}{token.prefix}…)" if token is not None else name, user=user)
 
     @classmethod
     def automation(cls, name: str) -> Actor:
-        return cls(label=f"automation:{name}")
+        return cls(label=f"{AUTOMATION_PREFIX}{name}")
 
     @classmethod
     def from_request(cls, request) -> Actor:
-        from rest_framework.authtoken.models import Token
-
-        return cls.for_user(request.user, via_token=isinstance(getattr(request, "auth", None), Token))
+        auth = getattr(request, "auth", None)
+        return cls.for_user(request.user, token=auth if isinstance(auth, PersonalAccessToken) else None)

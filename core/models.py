@@ -32,3 +32,39 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.verb} {self.target_repr}"
+
+
+class TokenScope(models.TextChoices):
+    """What a personal access token may do. A token with no scopes acts with all its owner's rights."""
+
+    READ = "read", "Read only"
+    SUBMIT = "submit", "Submit and cancel for my teams"
+    OPERATE = "operate", "Operator actions"
+
+
+class PersonalAccessTokenQuerySet(models.QuerySet):
+    def usable(self, now) -> "PersonalAccessTokenQuerySet":
+        return self.filter(revoked_at__isnull=True, expires_at__gt=now)
+
+
+class PersonalAccessToken(models.Model):
+    """A person's API credential. Only the SHA-256 of the secret is stored; the prefix (the key's
+    first characters) is what pages and the audit log show to tell tokens apart."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, db_index=True)
+    key_hash = models.CharField(max_length=64, unique=True)
+    scopes = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = PersonalAccessTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

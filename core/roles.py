@@ -19,14 +19,23 @@ def register_team_ids_source(source: Callable[[User], frozenset[int]]) -> None:
     _team_ids_source = source
 
 
+def restrict_to_scopes(user: User, scopes: list[str]) -> None:
+    """Narrow `user` (this request's instance) to a scoped API token's rights: without 'operate'
+    they are no operator, without 'submit' no member of any team. No scopes: no narrowing."""
+    if not scopes:
+        return
+    if "operate" not in scopes:
+        user._fleetdeck_is_operator = False
+    if "submit" not in scopes:
+        user._fleetdeck_team_ids = frozenset()
+
+
 def is_operator(user: User | AnonymousUser) -> bool:
     if not user.is_authenticated:
         return False
-    if user.is_superuser:
-        return True
     cached = getattr(user, "_fleetdeck_is_operator", None)
     if cached is None:
-        cached = user.groups.filter(name=OPERATORS_GROUP).exists()
+        cached = user.is_superuser or user.groups.filter(name=OPERATORS_GROUP).exists()
         user._fleetdeck_is_operator = cached
     return cached
 

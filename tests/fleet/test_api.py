@@ -9,7 +9,6 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
-from rest_framework.authtoken.models import Token
 
 from core.models import AuditEvent
 from fleet.choices import NodeState
@@ -132,15 +131,16 @@ def test_an_unknown_node_is_a_404(client_for):
     assert client_for("viewer").get("/api/v1/nodes/nope/").status_code == 404
 
 
-def test_a_token_works_and_is_recorded_as_such(operator, viewer):
-    call_command("drf_create_token", operator.username, stdout=open("/dev/null", "w"))
-    key = Token.objects.get(user=operator).key
+def test_a_token_works_and_is_recorded_as_such(operator, viewer, capsys):
+    call_command("token_create", operator.username, "--name", "ci")
+    key = capsys.readouterr().out.strip()
     client = Client()
     assert client.get("/api/v1/nodes/", HTTP_AUTHORIZATION=f"Token {key}").status_code == 200
     response = post(client, ACTIONS[0], {"reason": "scripted"}, HTTP_AUTHORIZATION=f"Token {key}")
     assert response.status_code == 200
-    assert AuditEvent.objects.get(verb="node.cordon").actor == "olga (API token)"
-    viewer_key = Token.objects.create(user=viewer).key
+    assert AuditEvent.objects.get(verb="node.cordon").actor == f"olga (token {key[:12]}…)"
+    call_command("token_create", viewer.username)
+    viewer_key = capsys.readouterr().out.strip()
     assert post(client, ACTIONS[1], {"reason": "x"}, HTTP_AUTHORIZATION=f"Token {viewer_key}").status_code == 403
 
 
