@@ -7,5 +7,6 @@ urlpatterns = [
     path("", views.overview, name="overview"),
     path("nodes/<str:name>/", views.node_page, name="node"),
     path("nodes/<str:name>/cordon/", views.node_action, {"action": "cordon"}, name="node-cordon"),
+    path("nodes/<str:name>/rotate-token/", views.node_token_rotate_view, name="node-rotate-token"),
     path("nodes/<str:name>/uncordon/", views.node_action, {"action": "uncordon"}, name="node-uncordon"),
 ]

@@ -10,6 +10,7 @@ from django.views.decorators.http import require_GET, require_POST
 from core.actors import Actor
 from core.roles import is_operator
 from fleet import services
+from fleet.agent_tokens import node_token_rotate
 from fleet.choices import NODE_STATE_COLORS, ExecutorKind, NodeState
 from fleet.forms import NodeReasonForm
 from fleet.models import Node
@@ -54,14 +55,15 @@ def _detail_or_404(name: str) -> NodeDetail:
         raise Http404(f"No node named {name!r}.") from None
 
 
-def _render_node(request: HttpRequest, detail: NodeDetail, forms: dict | None = None, status: int = 200):
+def _render_node(request: HttpRequest, detail: NodeDetail, forms: dict | None = None, status: int = 200,
+                 new_agent_token: str = ""):
     action_forms = []
     if is_operator(request.user):
         forms = forms or {}
         # A refused form is shown even where the state offers no action, to carry its error.
         actions = [a for a in NODE_ACTIONS if a in forms or a in ACTIONS_BY_STATE.get(detail.node.state, ())]
         action_forms = [(a, NODE_ACTIONS[a][0], forms.get(a) or NodeReasonForm()) for a in actions]
-    context = {"detail": detail, "node": detail.node, "action_forms": action_forms}
+    context = {"detail": detail, "node": detail.node, "action_forms": action_forms, "new_agent_token": new_agent_token}
     return render(request, "fleet/node_detail.html", context, status=status)
 
 
@@ -96,3 +98,14 @@ def node_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
         message += " (Slurm is applying it: see the Slurm panel)"
     messages.success(request, message)
     return redirect("console:node", name=name)
+
+
+@require_POST
+def node_token_rotate_view(request: HttpRequest, name: str) -> HttpResponse:
+    """Rotate the node's agent token and show the new key on the answer itself: it is never
+    stored in clear, so it cannot be shown again after a redirect."""
+    if not is_operator(request.user):
+        raise PermissionDenied("Only operators may rotate a node's agent token.")
+    detail = _detail_or_404(name)
+    key = node_token_rotate(node=detail.node, actor=Actor.for_user(request.user))
+    return _render_node(request, detail, new_agent_token=key)

@@ -10,6 +10,7 @@ from rest_framework.response import Response
 
 from core.actors import Actor
 from core.permissions import IsOperator, ReadOnlyOrOperator
+from fleet.agent_tokens import node_token_rotate
 from fleet.filtersets import GpuFilterSet, NodeFilterSet, RackFilterSet
 from fleet.models import Gpu, Node, Rack
 from fleet.services import NodeStateConflict, node_cordon, node_uncordon
@@ -109,6 +110,20 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"], permission_classes=[IsOperator])
     def uncordon(self, request, name=None):
         return self._transition(request, node_uncordon, UncordonInputSerializer)
+
+    @extend_schema(
+        summary="Rotate a node's agent token",
+        description="Issues the node a new agent token and invalidates the old one at once; the answer is the only "
+        "place the new key is ever shown (Fleetdeck keeps its hash). Audited. Operators only.",
+        request=None,
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description='{"node": "n1", "token": "<key>"}'),
+                   403: OpenApiResponse(description="Not an operator"),
+                   404: OpenApiResponse(description="No such node")},
+    )
+    @action(detail=True, methods=["post"], permission_classes=[IsOperator], url_path="rotate-token")
+    def rotate_token(self, request, name=None):
+        node = self.get_object()
+        return Response({"node": node.name, "token": node_token_rotate(node=node, actor=Actor.from_request(request))})
 
 
 @extend_schema_view(

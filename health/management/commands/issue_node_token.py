@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand
-from django.db import transaction
 
 from core.actors import Actor
-from core.audit import audit_record
-from fleet.models import NodeAgentToken
+from fleet.agent_tokens import node_token_rotate
 
 from ._common import node_named
 
@@ -19,7 +17,4 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         node = node_named(options["node"])
-        with transaction.atomic():
-            key = NodeAgentToken.issue(node)
-            audit_record(actor=Actor.automation("issue_node_token"), verb="node.token_issue", target=node)
-        self.stdout.write(key)
+        self.stdout.write(node_token_rotate(node=node, actor=Actor.automation("issue_node_token")))
