@@ -25,6 +25,7 @@ class EventSource(models.TextChoices):
     APP = "app", "Application"
     WATCHDOG = "watchdog", "Watchdog"
     SLURM = "slurm", "Slurm"
+    ALERTMANAGER = "alertmanager", "Alertmanager"
 
 
 class Severity(models.TextChoices):
