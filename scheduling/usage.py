@@ -1,16 +1,18 @@
 """Quota usage numbers, one definition each: GPUs asked, GPUs held, borrowed and lent.
 
 Pure Python over plain values (no Django), so every rule is testable without a database. The
-queues page, the queues API, the team pages, the quota-request review context and e-mails, the
-usage samples behind the history charts, and the round's snapshot all take their numbers from
-here (scheduling.selectors.usage_book loads them in a fixed number of queries).
+queues page, the queues API, the team pages, the quota-request form and review context, the
+usage samples behind the history charts and the admin, and the round's snapshot all take their
+numbers from here (scheduling.selectors.usage_book loads them in a fixed number of queries).
 
-* GPUs asked (`pod_set_gpus`, `spec_gpus`): what a pod set is charged against quota on admission, exactly as
-  the engine charges it (engine.placement.Need.quota_gpus): whole GPUs per replica × replicas;
-  milli-GPU shares and MIG slices added up over the pod set's replicas and rounded up.
-* GPUs held (`held_gpus`, `held_by_queue`): a workload's allocated milli on one flavor, rounded up to whole GPUs
-  (a half-used GPU is still a GPU nobody else gets exclusively). Summed per workload, as the
-  round's snapshot counts a queue's usage and a running workload's release on preemption.
+* GPUs asked (`pod_set_gpus`, `spec_gpus`): what a pod set is charged against quota on
+  admission, exactly as the engine charges it (engine.placement.Need.quota_gpus): whole GPUs
+  per replica × replicas; milli-GPU shares and MIG slices added up over the pod set's replicas
+  and rounded up.
+* GPUs held (`held_gpus`, `held_by_queue`): a workload's allocated milli on one flavor, rounded
+  up to whole GPUs (a half-used GPU is still a GPU nobody else gets exclusively), then summed
+  per queue: how the round's snapshot counts a queue's usage and what a preempted workload
+  gives back.
 * Borrowed: GPUs held beyond the queue's nominal quota of that flavor.
 * Lent (`cohort_lent`): Kueue's cohort accounting draws borrowed quota from the cohort's pool
   (each member's idle nominal, capped by its lending limit) without saying whose it was, so
