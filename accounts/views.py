@@ -1,9 +1,12 @@
-"""The Tokens page: a person's API tokens, created (the key shown once) and revoked."""
+"""The login page (password and single sign-on) and the Tokens page: a person's API tokens,
+created (the key shown once) and revoked."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
@@ -13,6 +16,7 @@ from core.models import PersonalAccessToken
 from core.tokens import token_create, token_revoke, tokens_of
 
 from .forms import TokenCreateForm
+from .oidc import oidc_enabled
 
 
 def _render_tokens(request: HttpRequest, form: TokenCreateForm, *, new_key: str = "", status: int = 200):
@@ -47,3 +51,17 @@ def token_revoke_view(request: HttpRequest, token_id: int) -> HttpResponse:
     token_revoke(token=token, actor=Actor.for_user(request.user))
     messages.success(request, f"Token {token} revoked.")
     return redirect("accounts:tokens")
+
+
+class LoginView(auth_views.LoginView):
+    """The password form next to "Log in with single sign-on"; OIDC_ONLY=true keeps only the latter."""
+
+    def get_context_data(self, **kwargs):
+        return {**super().get_context_data(**kwargs), "sso_enabled": oidc_enabled(),
+                "password_login": not settings.OIDC_ONLY}
+
+    def post(self, request, *args, **kwargs):
+        if settings.OIDC_ONLY:
+            return HttpResponseForbidden("Password login is turned off (OIDC_ONLY=true): log in with single sign-on.",
+                                         content_type="text/plain")
+        return super().post(request, *args, **kwargs)

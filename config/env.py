@@ -1,6 +1,8 @@
 """Reading settings from the environment, with the embedded (laptop) defaults."""
 import os
 
+from django.core.exceptions import ImproperlyConfigured
+
 
 def env_str(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
@@ -23,3 +25,14 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw in (None, ""):
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_map(name: str) -> dict[str, str]:
+    """`a=x,b=y` → {"a": "x", "b": "y"}; an item without "=" is a configuration error."""
+    mapping = {}
+    for item in env_list(name, []):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ImproperlyConfigured(f"{name}: {item!r} is not KEY=VALUE (e.g. {name}=gpu-operators=operator)")
+        mapping[key.strip()] = value.strip()
+    return mapping

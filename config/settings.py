@@ -4,7 +4,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from .env import env_bool, env_int, env_list, env_str
+from .env import env_bool, env_int, env_list, env_map, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("FLEETDECK_VAR_DIR", str(BASE_DIR / "var")))
@@ -91,6 +91,35 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "console:overview"
 LOGOUT_REDIRECT_URL = "login"
+
+# --- Single sign-on (OpenID Connect, accounts/oidc.py) -----------------------------------------
+# On when OIDC_ISSUER_URL is set; the endpoints come from its /.well-known/openid-configuration
+# unless given explicitly (OIDC_OP_*_ENDPOINT). PKCE is always on: the code is useless to
+# whoever intercepts the redirect without the verifier only this browser session holds.
+OIDC_ISSUER_URL = env_str("OIDC_ISSUER_URL", "")
+OIDC_RP_CLIENT_ID = env_str("OIDC_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = env_str("OIDC_CLIENT_SECRET", "")
+OIDC_RP_SCOPES = env_str("OIDC_SCOPES", "openid email profile groups")
+OIDC_RP_SIGN_ALGO = env_str("OIDC_SIGN_ALGO", "RS256")
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("OIDC_OP_AUTHORIZATION_ENDPOINT", "")
+OIDC_OP_TOKEN_ENDPOINT = env_str("OIDC_OP_TOKEN_ENDPOINT", "")
+OIDC_OP_USER_ENDPOINT = env_str("OIDC_OP_USER_ENDPOINT", "")
+OIDC_OP_JWKS_ENDPOINT = env_str("OIDC_OP_JWKS_ENDPOINT", "")
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = env_int("OIDC_TIMEOUT", 10)
+OIDC_CLOCK_LEEWAY_SECONDS = env_int("OIDC_CLOCK_LEEWAY_SECONDS", 30)
+# The claim that lists a person's groups, and what the groups mean here, e.g.
+# OIDC_GROUP_ROLES="gpu-operators=operator" and OIDC_GROUP_TEAMS="team-research=research".
+OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups")
+OIDC_GROUP_ROLES = env_map("OIDC_GROUP_ROLES")
+OIDC_GROUP_TEAMS = env_map("OIDC_GROUP_TEAMS")
+# true: no password logins at all (the login form and the admin's); a break-glass admin turns
+# it off again for as long as needed.
+OIDC_ONLY = env_bool("OIDC_ONLY", False)
+LOGIN_REDIRECT_URL_FAILURE = "/login/"
+AUTHENTICATION_BACKENDS = (["accounts.oidc.OIDCBackend"] if OIDC_ISSUER_URL else []) + (
+    [] if OIDC_ONLY else ["django.contrib.auth.backends.ModelBackend"]
+)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -3,19 +3,22 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from accounts.views import LoginView
 from core.metrics import metrics_view
 
 api_v1 = [
     path("", include("fleet.api.urls")),
     path("", include("scheduling.api.urls")),
     path("", include("health.api.urls")),
+    path("", include("integrations.prometheus.urls")),
     path("", include("accounts.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", LoginView.as_view(), name="login"),
+    path("oidc/", include("accounts.oidc_urls")),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/", include("accounts.urls")),
     path("admin/", admin.site.urls),
