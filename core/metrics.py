@@ -32,7 +32,8 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     token = settings.FLEETDECK["METRICS_TOKEN"]
     if token:
         given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(given, token):
+        # compare_digest takes str only when it is ASCII; a header may carry any Latin-1 text.
+        if not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token.encode()):
             return HttpResponse("missing or wrong bearer token\n", status=401, content_type="text/plain")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_AppCollector())

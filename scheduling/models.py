@@ -3,11 +3,14 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxLengthValidator, MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
+from core.validators import validate_storable_text
 from fleet.models import Gpu, GpuFlavor
 
+from . import limits
 from .choices import (
     ACTIVE_STATES,
     WAITING_STATES,
@@ -18,6 +21,18 @@ from .choices import (
     WorkloadState,
 )
 from .usage import pod_set_gpus
+
+
+def _at_most(bound: int) -> list:
+    return [MaxValueValidator(bound)]
+
+
+def _between(low: int, high: int) -> list:
+    return [MinValueValidator(low), MaxValueValidator(high)]
+
+
+QUOTA_GPUS = _at_most(limits.MAX_QUOTA_GPUS)
+SECONDS = _at_most(limits.MAX_SECONDS)
 
 
 class Team(models.Model):
@@ -80,12 +95,14 @@ class QueueQuota(models.Model):
 
     queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="quotas")
     flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="quotas")
-    nominal = models.PositiveIntegerField(help_text="GPUs guaranteed to the queue")
+    nominal = models.PositiveIntegerField(validators=QUOTA_GPUS, help_text="GPUs guaranteed to the queue")
     borrowing_limit = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Most GPUs the queue may borrow from its cohort; empty = unlimited"
+        null=True, blank=True, validators=QUOTA_GPUS,
+        help_text="Most GPUs the queue may borrow from its cohort; empty = unlimited",
     )
     lending_limit = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Most of its idle nominal GPUs the cohort may borrow; empty = all"
+        null=True, blank=True, validators=QUOTA_GPUS,
+        help_text="Most of its idle nominal GPUs the cohort may borrow; empty = all",
     )
 
     class Meta:
@@ -136,22 +153,22 @@ class WorkloadQuerySet(models.QuerySet):
 class Workload(models.Model):
     """A job: one or more pod sets that start together (a gang) or not at all."""
 
-    name = models.CharField(max_length=128)
+    name = models.CharField(max_length=limits.MAX_WORKLOAD_NAME_LENGTH, validators=[validate_storable_text])
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="workloads")
     queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="workloads")
     priority_class = models.ForeignKey(PriorityClass, on_delete=models.PROTECT, related_name="workloads")
     state = models.CharField(max_length=16, choices=WorkloadState.choices, default=WorkloadState.PENDING)
     topology_level = models.CharField(max_length=8, choices=TopologyLevel.choices, default=TopologyLevel.NONE)
     topology_mode = models.CharField(max_length=16, choices=TopologyMode.choices, default=TopologyMode.PREFERRED)
-    time_limit_seconds = models.PositiveIntegerField(null=True, blank=True)
+    time_limit_seconds = models.PositiveIntegerField(null=True, blank=True, validators=SECONDS)
     checkpoint_enabled = models.BooleanField(default=False)
-    checkpoint_write_seconds = models.PositiveIntegerField(default=0)
+    checkpoint_write_seconds = models.PositiveIntegerField(default=0, validators=SECONDS)
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
-    elastic_min_replicas = models.PositiveIntegerField(null=True, blank=True)
+    elastic_min_replicas = models.PositiveIntegerField(null=True, blank=True, validators=_at_most(limits.MAX_REPLICAS))
     # Simulated executor: how long the job runs and how often it checkpoints.
-    run_seconds = models.PositiveIntegerField(null=True, blank=True)
-    checkpoint_interval_seconds = models.PositiveIntegerField(null=True, blank=True)
-    progress_step = models.BigIntegerField(default=0)
+    run_seconds = models.PositiveIntegerField(null=True, blank=True, validators=SECONDS)
+    checkpoint_interval_seconds = models.PositiveIntegerField(null=True, blank=True, validators=SECONDS)
+    progress_step = models.BigIntegerField(default=0, validators=_between(0, limits.MAX_STEP))
     last_progress_at = models.DateTimeField(null=True, blank=True)
     pending_reason = models.CharField(max_length=40, blank=True)
     pending_message = models.TextField(blank=True)
@@ -227,18 +244,20 @@ class PodSet(models.Model):
     """A group of identical replicas inside a workload (e.g. 4 workers × 8 GPUs)."""
 
     workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="pod_sets")
-    name = models.CharField(max_length=64)
-    replicas = models.PositiveIntegerField()
-    gpus_per_replica = models.PositiveIntegerField(default=1)
+    name = models.CharField(max_length=limits.MAX_POD_SET_NAME_LENGTH, validators=[validate_storable_text])
+    replicas = models.PositiveIntegerField(validators=_between(1, limits.MAX_REPLICAS))
+    gpus_per_replica = models.PositiveIntegerField(default=1, validators=_at_most(limits.MAX_GPUS_PER_REPLICA))
     flavor = models.ForeignKey(
         GpuFlavor, null=True, blank=True, on_delete=models.PROTECT, related_name="+", help_text="Empty = any"
     )
     accepted_products = models.JSONField(default=list, blank=True, help_text="GPU models the replica accepts")
     sharing = models.CharField(max_length=16, choices=SharingRequest.choices, default=SharingRequest.EXCLUSIVE)
-    milli_gpu = models.PositiveIntegerField(null=True, blank=True, help_text="Share of one GPU, 1..1000")
+    milli_gpu = models.PositiveIntegerField(
+        null=True, blank=True, validators=_between(1, 1000), help_text="Share of one GPU, 1..1000"
+    )
     mig_profile = models.CharField(max_length=32, blank=True)
-    cpu_millicores = models.PositiveIntegerField(default=0)
-    memory_mib = models.PositiveBigIntegerField(default=0)
+    cpu_millicores = models.PositiveIntegerField(default=0, validators=_at_most(limits.MAX_CPU_MILLICORES))
+    memory_mib = models.PositiveBigIntegerField(default=0, validators=_at_most(limits.MAX_MEMORY_MIB))
 
     class Meta:
         ordering = ["workload_id", "id"]
@@ -356,11 +375,13 @@ class QuotaRequest(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quota_requests")
     queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="quota_requests")
     flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="+")
-    requested_nominal = models.PositiveIntegerField()
-    requested_borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
+    requested_nominal = models.PositiveIntegerField(validators=QUOTA_GPUS)
+    requested_borrowing_limit = models.PositiveIntegerField(null=True, blank=True, validators=QUOTA_GPUS)
     starts_on = models.DateField()
     ends_on = models.DateField(null=True, blank=True, help_text="Empty: permanent; set: a temporary boost")
-    justification = models.TextField()
+    justification = models.TextField(
+        validators=[MaxLengthValidator(limits.MAX_JUSTIFICATION_LENGTH), validate_storable_text]
+    )
     state = models.CharField(max_length=16, choices=QuotaRequestState.choices, default=QuotaRequestState.SUBMITTED)
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="quota_requests"
@@ -370,7 +391,7 @@ class QuotaRequest(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     reviewed_at = models.DateTimeField(null=True, blank=True)
-    review_comment = models.TextField(blank=True)
+    review_comment = models.TextField(blank=True, validators=[MaxLengthValidator(limits.MAX_COMMENT_LENGTH)])
     applied_at = models.DateTimeField(null=True, blank=True)
     expired_at = models.DateTimeField(null=True, blank=True)
     # What the quota was before it was applied, so an expiring boost can be reverted.
@@ -402,6 +423,27 @@ class QuotaRequest(models.Model):
             raise ValidationError({"ends_on": "The end date must be after the start date."})
         if self.queue_id and self.team_id and self.queue.team_id != self.team_id:
             raise ValidationError({"queue": "The queue belongs to another team."})
+
+
+class SubmissionKey(models.Model):
+    """An Idempotency-Key a user sent with a workload submission: the same key within
+    limits.IDEMPOTENCY_WINDOW_SECONDS returns this workload instead of queueing another. Written
+    in the transaction that creates the workload; the unique (user, key) pair is what makes two
+    racing retries create one workload."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=limits.MAX_IDEMPOTENCY_KEY_LENGTH)
+    body_sha256 = models.CharField(max_length=64, help_text="Digest of the submitted spec")
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "key"], name="%(app_label)s_%(class)s_unique_user_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.key} → workload {self.workload_id}"
 
 
 class QueueUsageSample(models.Model):

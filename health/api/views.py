@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.actors import Actor
+from core.filters import WholeNumberFilter
 from core.permissions import ReadOnlyOrOperator
 from fleet.agent.payloads import HeartbeatPayload, RegisterPayload
 from fleet.models import Node
@@ -217,8 +218,8 @@ class HealthEventFilter(filters.FilterSet):
     kind = filters.MultipleChoiceFilter(choices=EventKind.choices)
     severity = filters.MultipleChoiceFilter(choices=Severity.choices)
     source = filters.ChoiceFilter(choices=EventSource.choices)
-    xid = filters.NumberFilter()
-    workload = filters.NumberFilter(field_name="workload_id")
+    xid = WholeNumberFilter()
+    workload = WholeNumberFilter(field_name="workload_id")
     unresolved = filters.BooleanFilter(field_name="resolved_at", lookup_expr="isnull")
 
     class Meta:

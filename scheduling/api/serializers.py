@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.utils import timezone
 from rest_framework import serializers
 
+from scheduling import limits
 from scheduling.models import PodSet, Workload, WorkloadTransition
 from scheduling.selectors import checkpoint_advice, workload_placements
 
@@ -122,14 +123,16 @@ class QueueUsageSerializer(serializers.Serializer):
 
 
 class HeartbeatSerializer(serializers.Serializer):
-    step = serializers.IntegerField(min_value=0)
+    step = serializers.IntegerField(min_value=0, max_value=limits.MAX_STEP)
     checkpoint_at = serializers.DateTimeField(required=False, allow_null=True)
 
 
 class DrainSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=2000)
+    reason = serializers.CharField(max_length=limits.MAX_COMMENT_LENGTH)
     grace_seconds = serializers.IntegerField(min_value=0, max_value=86400, default=0)
 
 
 class CancelSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    reason = serializers.CharField(
+        max_length=limits.MAX_COMMENT_LENGTH, required=False, allow_blank=True, default=""
+    )

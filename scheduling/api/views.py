@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from django_filters import rest_framework as filters
-from drf_spectacular.utils import OpenApiTypes, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, OpenApiTypes, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
@@ -18,10 +18,12 @@ from core.actors import Actor
 from core.permissions import IsOperator
 from core.roles import may_act_for_team
 from fleet.models import Node
+from scheduling import limits
 from scheduling.choices import WorkloadState
 from scheduling.models import PodSet, Workload
 from scheduling.selectors import queue_positions, queue_usage
-from scheduling.services import node_drain, workload_cancel, workload_heartbeat, workload_submit
+from scheduling.services import node_drain, workload_cancel, workload_heartbeat
+from scheduling.services.submission_keys import IdempotencyConflict, workload_submit_once
 
 from .serializers import (
     CancelSerializer,
@@ -30,6 +32,24 @@ from .serializers import (
     QueueUsageSerializer,
     WorkloadDetailSerializer,
     WorkloadListSerializer,
+)
+
+IDEMPOTENCY_KEY = "Idempotency-Key"
+IDEMPOTENCY_KEY_PARAMETER = OpenApiParameter(
+    IDEMPOTENCY_KEY,
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description=(
+        f"Any unique string of 1 to {limits.MAX_IDEMPOTENCY_KEY_LENGTH} visible ASCII characters. A retry with "
+        f"the same key and body within {limits.IDEMPOTENCY_WINDOW_SECONDS // 3600} hours answers 200 with the "
+        "workload the first request queued instead of queueing another; the same key with a different "
+        "body answers 422."
+    ),
+)
+BAD_INPUT = OpenApiResponse(
+    OpenApiTypes.OBJECT,
+    description='Invalid input, keyed by the field with the reason, e.g. {"pod_sets[0].replicas": ["Must be at '
+    f'most {limits.MAX_REPLICAS}."]}}; or a body that is not JSON any column can store ({{"detail": ...}}).',
 )
 
 
@@ -81,13 +101,29 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         context = {**self.get_serializer_context(), "positions": queue_positions([workload])}
         return serializer_class(workload, context=context).data
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={201: WorkloadDetailSerializer})
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        parameters=[IDEMPOTENCY_KEY_PARAMETER],
+        responses={
+            201: WorkloadDetailSerializer,
+            200: OpenApiResponse(WorkloadDetailSerializer, description="A retry: the workload its key queued"),
+            400: BAD_INPUT,
+            422: OpenApiResponse(
+                OpenApiTypes.OBJECT, description=f"The {IDEMPOTENCY_KEY} was used for a different body"
+            ),
+        },
+    )
     def create(self, request, *args, **kwargs):
-        workload = call_service(workload_submit, spec=request.data, actor=Actor.from_request(request))
-        workload = self.get_queryset().prefetch_related("transitions").get(pk=workload.pk)
-        return Response(self._render(WorkloadDetailSerializer, workload), status=status.HTTP_201_CREATED)
+        key = _idempotency_key(request)
+        try:
+            outcome = call_service(workload_submit_once, spec=request.data, actor=Actor.from_request(request), key=key)
+        except IdempotencyConflict as exc:
+            return Response({IDEMPOTENCY_KEY: [str(exc)]}, status=status.HTTP_422_UNPROCESSABLE_ENTITY)
+        workload = self.get_queryset().prefetch_related("transitions").get(pk=outcome.workload.pk)
+        code = status.HTTP_201_CREATED if outcome.created else status.HTTP_200_OK
+        return Response(self._render(WorkloadDetailSerializer, workload), status=code)
 
-    @extend_schema(request=CancelSerializer, responses={200: WorkloadDetailSerializer})
+    @extend_schema(request=CancelSerializer, responses={200: WorkloadDetailSerializer, 400: BAD_INPUT})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         workload = self.get_object()
@@ -98,7 +134,7 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         )
         return Response(self._render(WorkloadDetailSerializer, self.get_queryset().get(pk=workload.pk)))
 
-    @extend_schema(request=HeartbeatSerializer, responses={200: WorkloadListSerializer})
+    @extend_schema(request=HeartbeatSerializer, responses={200: WorkloadListSerializer, 400: BAD_INPUT})
     @action(detail=True, methods=["post"])
     def heartbeat(self, request, pk=None):
         """Progress of a real job: {"step": ..., "checkpoint_at": ...} (its latest checkpoint)."""
@@ -130,7 +166,7 @@ class NodeDrainView(APIView):
 
     permission_classes = [IsOperator]
 
-    @extend_schema(request=DrainSerializer, responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(request=DrainSerializer, responses={200: OpenApiTypes.OBJECT, 400: BAD_INPUT})
     def post(self, request, name: str):
         node = get_object_or_404(Node, name=name)
         body = DrainSerializer(data=request.data)
@@ -151,3 +187,15 @@ class NodeDrainView(APIView):
                 ],
             }
         )
+
+
+def _idempotency_key(request) -> str | None:
+    """The request's Idempotency-Key header (None without one); a malformed one is a 400."""
+    key = request.headers.get(IDEMPOTENCY_KEY)
+    if key is None:
+        return None
+    if not 1 <= len(key) <= limits.MAX_IDEMPOTENCY_KEY_LENGTH or not all("!" <= c <= "~" for c in key):
+        raise ValidationError(
+            {IDEMPOTENCY_KEY: [f"Must be 1 to {limits.MAX_IDEMPOTENCY_KEY_LENGTH} visible ASCII characters."]}
+        )
+    return key

@@ -10,7 +10,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, OpenApiTypes, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
@@ -20,6 +20,7 @@ from rest_framework.response import Response
 from core.actors import Actor
 from core.roles import is_operator
 from fleet.models import GpuFlavor
+from scheduling import limits
 from scheduling.models import Queue, QuotaRequest
 
 from . import selectors, services
@@ -64,8 +65,17 @@ class QuotaRequestInputSerializer(serializers.Serializer):
 
 
 class ReviewInputSerializer(serializers.Serializer):
-    comment = serializers.CharField(required=False, allow_blank=True, default="")
+    comment = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=limits.MAX_COMMENT_LENGTH
+    )
     override = serializers.BooleanField(required=False, default=False)
+
+
+BAD_INPUT = OpenApiResponse(
+    OpenApiTypes.OBJECT,
+    description='Invalid input, keyed by field with the reason, e.g. {"justification": ["At most '
+    f'{limits.MAX_JUSTIFICATION_LENGTH} characters, not 5000."]}}',
+)
 
 
 def _as_drf(exc: DjangoValidationError) -> ValidationError:
@@ -82,8 +92,11 @@ class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
         return selectors.quota_requests_visible_to(self.request.user)
 
     def get_object(self) -> QuotaRequest:
+        pk = self.kwargs["pk"]
+        if not pk.isascii() or not pk.isdigit():
+            raise NotFound("No such quota request.")
         try:
-            return selectors.quota_request_for_user(self.request.user, int(self.kwargs["pk"]))
+            return selectors.quota_request_for_user(self.request.user, int(pk))
         except Http404 as exc:
             raise NotFound(str(exc)) from exc
         except DjangoPermissionDenied as exc:
@@ -97,7 +110,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
         except DjangoValidationError as exc:
             raise _as_drf(exc) from exc
 
-    @extend_schema(request=QuotaRequestInputSerializer, responses={201: QuotaRequestOutputSerializer})
+    @extend_schema(request=QuotaRequestInputSerializer, responses={201: QuotaRequestOutputSerializer, 400: BAD_INPUT})
     def create(self, request: Request) -> Response:
         data = QuotaRequestInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -111,7 +124,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
             raise PermissionDenied("Only operators may review quota requests.")
         return self.get_object()
 
-    @extend_schema(request=ReviewInputSerializer, responses=QuotaRequestOutputSerializer)
+    @extend_schema(request=ReviewInputSerializer, responses={200: QuotaRequestOutputSerializer, 400: BAD_INPUT})
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
         quota_request = self._reviewable()
@@ -120,7 +133,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
         done = self._call(services.quota_request_approve, quota_request=quota_request, **body.validated_data)
         return Response(QuotaRequestOutputSerializer(done).data)
 
-    @extend_schema(request=ReviewInputSerializer, responses=QuotaRequestOutputSerializer)
+    @extend_schema(request=ReviewInputSerializer, responses={200: QuotaRequestOutputSerializer, 400: BAD_INPUT})
     @action(detail=True, methods=["post"])
     def deny(self, request: Request, pk: str) -> Response:
         quota_request = self._reviewable()

@@ -10,6 +10,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from fleet.models import GpuFlavor
+from scheduling import limits
 
 from . import selectors, services
 
@@ -68,7 +69,9 @@ class QuotaRequestForm(forms.Form):
 
 
 class ReviewForm(forms.Form):
-    comment = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    comment = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}), required=False, max_length=limits.MAX_COMMENT_LENGTH
+    )
     override = forms.BooleanField(
         required=False, label="Override: approve even though it oversubscribes the fleet (audited)"
     )

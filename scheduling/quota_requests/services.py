@@ -21,6 +21,7 @@ from core.actors import Actor
 from core.audit import audit_record
 from core.roles import is_operator, may_act_for_team, team_ids
 from fleet.models import GpuFlavor
+from scheduling import limits
 from scheduling.choices import QuotaRequestState
 from scheduling.models import Queue, QueueQuota, QueueUsageSample, QuotaRequest
 from scheduling.usage import projected_nominal_sum
@@ -77,6 +78,8 @@ def quota_request_validate(
         add("ends_on", "The end date must be after the start date.")
     if not (justification or "").strip():
         add("justification", "Explain why the team needs this quota.")
+    elif len(justification.strip()) > limits.MAX_JUSTIFICATION_LENGTH:
+        add("justification", f"At most {limits.MAX_JUSTIFICATION_LENGTH} characters, not {len(justification.strip())}.")
 
     current = QueueQuota.objects.filter(queue=queue, flavor=flavor).first()
     if (

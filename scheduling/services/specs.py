@@ -8,7 +8,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db.models import Count
 
+from core.validators import text_problem
 from fleet.models import GpuFlavor, Node
+from scheduling import limits
 from scheduling.choices import SharingRequest, TopologyLevel, TopologyMode, WorkloadState
 from scheduling.models import PodSet, PriorityClass, Queue, Team, Workload
 
@@ -112,7 +114,7 @@ def _fail(field_name: str, reason: str) -> ValidationError:
     return ValidationError({field_name: [reason]})
 
 
-def _int(value: Any, field_name: str, *, minimum: int, required: bool = True) -> int | None:
+def _int(value: Any, field_name: str, *, minimum: int, maximum: int, required: bool = True) -> int | None:
     if value is None:
         if required:
             raise _fail(field_name, "This field is required.")
@@ -121,6 +123,8 @@ def _int(value: Any, field_name: str, *, minimum: int, required: bool = True) ->
         raise _fail(field_name, "Must be a whole number.")
     if value < minimum:
         raise _fail(field_name, f"Must be at least {minimum}.")
+    if value > maximum:
+        raise _fail(field_name, f"Must be at most {maximum}.")
     return value
 
 
@@ -133,6 +137,9 @@ def _str(value: Any, field_name: str, *, required: bool = True, max_length: int 
         raise _fail(field_name, "Must be a string.")
     if len(value) > max_length:
         raise _fail(field_name, f"At most {max_length} characters.")
+    problem = text_problem(value)
+    if problem:
+        raise _fail(field_name, problem)
     return value
 
 
@@ -169,30 +176,33 @@ def parse_pod_set(raw: Any, index: int, sizes: dict[str | None, int]) -> PodSetD
     unknown = set(raw) - POD_SET_KEYS
     if unknown:
         raise _fail(f"{where}.{sorted(unknown)[0]}", "Unknown field.")
-    name = _str(raw.get("name") or f"ps{index}", f"{where}.name", max_length=64)
-    replicas = _int(raw.get("replicas"), f"{where}.replicas", minimum=1)
+    name = _str(raw.get("name") or f"ps{index}", f"{where}.name", max_length=limits.MAX_POD_SET_NAME_LENGTH)
+    replicas = _int(raw.get("replicas"), f"{where}.replicas", minimum=1, maximum=limits.MAX_REPLICAS)
     flavor = None
     if raw.get("flavor"):
         flavor = _lookup(GpuFlavor, _str(raw["flavor"], f"{where}.flavor", max_length=64), "flavor")
         if flavor is None:  # pragma: no cover - _lookup raises
             raise _fail(f"{where}.flavor", "Unknown flavor.")
-    milli = _int(raw.get("milli_gpu"), f"{where}.milli_gpu", minimum=1, required=False)
-    mig = _str(raw.get("mig_profile"), f"{where}.mig_profile", required=False, max_length=32)
-    if milli is not None and milli > 1000:
+    if isinstance(raw.get("milli_gpu"), int) and raw["milli_gpu"] > 1000:
         raise _fail(f"{where}.milli_gpu", "A share of one GPU is at most 1000 milli.")
+    milli = _int(raw.get("milli_gpu"), f"{where}.milli_gpu", minimum=1, maximum=1000, required=False)
+    mig = _str(raw.get("mig_profile"), f"{where}.mig_profile", required=False, max_length=32)
     if milli is not None and mig:
         raise _fail(f"{where}.mig_profile", "Ask for either a milli-GPU share or a MIG profile, not both.")
     fractional = milli is not None or bool(mig)
-    gpus = _int(raw.get("gpus_per_replica", 0 if fractional else 1), f"{where}.gpus_per_replica", minimum=0)
+    gpus = _int(
+        raw.get("gpus_per_replica", 0 if fractional else 1),
+        f"{where}.gpus_per_replica",
+        minimum=0,
+        maximum=limits.MAX_GPUS_PER_REPLICA,
+    )
     if fractional and gpus:
         raise _fail(f"{where}.gpus_per_replica", "Must be 0 (or omitted) with milli_gpu or mig_profile.")
     if not fractional and gpus == 0:
         raise _fail(f"{where}.gpus_per_replica", "Must be at least 1 (or give milli_gpu / mig_profile).")
     if mig and mig not in _mig_profiles(flavor):
         raise _fail(f"{where}.mig_profile", f"No GPU of this flavor offers MIG profile {mig!r}.")
-    products = raw.get("accepted_products") or []
-    if not isinstance(products, list) or not all(isinstance(p, str) and p for p in products):
-        raise _fail(f"{where}.accepted_products", "Must be a list of GPU product names.")
+    products = _products(raw.get("accepted_products") or [], f"{where}.accepted_products")
     _check_shape(where, replicas, gpus, flavor, sizes)
     return PodSetDraft(
         name=name,
@@ -203,9 +213,21 @@ def parse_pod_set(raw: Any, index: int, sizes: dict[str | None, int]) -> PodSetD
         milli_gpu=milli,
         mig_profile=mig,
         accepted_products=products,
-        cpu_millicores=_int(raw.get("cpu_millicores", 0), f"{where}.cpu_millicores", minimum=0),
-        memory_mib=_int(raw.get("memory_mib", 0), f"{where}.memory_mib", minimum=0),
+        cpu_millicores=_int(
+            raw.get("cpu_millicores", 0), f"{where}.cpu_millicores", minimum=0, maximum=limits.MAX_CPU_MILLICORES
+        ),
+        memory_mib=_int(raw.get("memory_mib", 0), f"{where}.memory_mib", minimum=0, maximum=limits.MAX_MEMORY_MIB),
     )
+
+
+def _products(raw: Any, field_name: str) -> list[str]:
+    if not isinstance(raw, list) or not all(isinstance(p, str) and p for p in raw):
+        raise _fail(field_name, "Must be a list of GPU product names.")
+    if len(raw) > limits.MAX_ACCEPTED_PRODUCTS:
+        raise _fail(field_name, f"At most {limits.MAX_ACCEPTED_PRODUCTS} products.")
+    for product in raw:
+        _str(product, field_name, max_length=limits.MAX_PRODUCT_LENGTH)
+    return raw
 
 
 def _check_shape(where: str, replicas: int, gpus: int, flavor: GpuFlavor | None, sizes: dict) -> None:
@@ -232,7 +254,7 @@ def parse_spec(spec: Any) -> WorkloadDraft:
     unknown = set(spec) - TOP_LEVEL_KEYS
     if unknown:
         raise _fail(sorted(unknown)[0], "Unknown field.")
-    name = _str(spec.get("name"), "name")
+    name = _str(spec.get("name"), "name", max_length=limits.MAX_WORKLOAD_NAME_LENGTH)
     team = _lookup(Team, _str(spec.get("team"), "team", max_length=64), "team")
     priority = _lookup(
         PriorityClass, _str(spec.get("priority_class"), "priority_class", max_length=64), "priority_class"
@@ -241,21 +263,23 @@ def parse_spec(spec: Any) -> WorkloadDraft:
     raw_sets = spec.get("pod_sets")
     if not isinstance(raw_sets, list) or not raw_sets:
         raise _fail("pod_sets", "At least one pod set is required.")
+    if len(raw_sets) > limits.MAX_POD_SETS:
+        raise _fail("pod_sets", f"At most {limits.MAX_POD_SETS} pod sets.")
     sizes = node_sizes_by_flavor()
     pod_sets = [parse_pod_set(raw, i, sizes) for i, raw in enumerate(raw_sets)]
     names = [ps.name for ps in pod_sets]
     if len(set(names)) != len(names):
         raise _fail("pod_sets", "Pod set names must be unique.")
+    total = sum(ps.replicas * ps.gpus_per_replica for ps in pod_sets)
+    if total > limits.MAX_GPUS_PER_WORKLOAD:
+        raise _fail("pod_sets", f"At most {limits.MAX_GPUS_PER_WORKLOAD} GPUs in one workload, not {total}.")
     draft = WorkloadDraft(name=name, team=team, queue=queue, priority_class=priority, pod_sets=pod_sets)
     _parse_topology(spec.get("topology"), draft)
     _parse_checkpoint(spec.get("checkpoint"), draft)
-    draft.time_limit_seconds = _int(spec.get("time_limit_seconds"), "time_limit_seconds", minimum=1, required=False)
-    draft.run_seconds = _int(spec.get("run_seconds"), "run_seconds", minimum=1, required=False)
-    draft.checkpoint_interval_seconds = _int(
-        spec.get("checkpoint_interval_seconds"), "checkpoint_interval_seconds", minimum=1, required=False
-    )
+    for seconds in ("time_limit_seconds", "run_seconds", "checkpoint_interval_seconds"):
+        setattr(draft, seconds, _int(spec.get(seconds), seconds, minimum=1, maximum=limits.MAX_SECONDS, required=False))
     draft.elastic_min_replicas = _int(
-        spec.get("elastic_min_replicas"), "elastic_min_replicas", minimum=1, required=False
+        spec.get("elastic_min_replicas"), "elastic_min_replicas", minimum=1, maximum=limits.MAX_REPLICAS, required=False
     )
     if draft.elastic_min_replicas is not None:
         if len(pod_sets) != 1:
@@ -301,4 +325,6 @@ def _parse_checkpoint(raw: Any, draft: WorkloadDraft) -> None:
     if not isinstance(enabled, bool):
         raise _fail("checkpoint.enabled", "Must be true or false.")
     draft.checkpoint_enabled = enabled
-    draft.checkpoint_write_seconds = _int(raw.get("write_seconds", 0), "checkpoint.write_seconds", minimum=0)
+    draft.checkpoint_write_seconds = _int(
+        raw.get("write_seconds", 0), "checkpoint.write_seconds", minimum=0, maximum=limits.MAX_SECONDS
+    )

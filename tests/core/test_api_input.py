@@ -1,0 +1,195 @@
+"""Input no endpoint should ever answer with a 500, handled once for the whole JSON API: NUL
+characters and lone surrogates in a body or a URL, nesting 10,000 deep, a page size of 10^20,
+and a non-ASCII /metrics token. Tried on endpoints of each app."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from core.models import AuditEvent
+from core.pagination import MAX_PAGE_LIMIT
+from core.parsers import MAX_JSON_DEPTH
+from fleet.models import Node
+from health.models import RepairTicket
+from scheduling.models import QuotaRequest, Workload
+from tests.cluster import FLAVOR, api_for
+
+SPEC = {
+    "name": "train",
+    "team": "research",
+    "priority_class": "training-prod",
+    "pod_sets": [{"name": "worker", "replicas": 1, "gpus_per_replica": 8, "flavor": FLAVOR}],
+}
+QUOTA = {"queue": "research-q", "flavor": FLAVOR, "requested_nominal": 2, "justification": "runs"}
+TICKET = {"node": "n1", "evidence": "XID 79"}
+CORDON = {"reason": "maintenance"}
+# (url, a valid body, the string field to spoil)
+ENDPOINTS = {
+    "fleet cordon": ("/api/v1/nodes/n1/cordon/", CORDON, "reason"),
+    "scheduling submit": ("/api/v1/workloads/", SPEC, "name"),
+    "scheduling quota request": ("/api/v1/quota-requests/", QUOTA, "justification"),
+    "health repair ticket": ("/api/v1/repair-tickets/", TICKET, "evidence"),
+}
+
+
+def nothing_changed() -> bool:
+    return not (
+        Workload.objects.exists()
+        or QuotaRequest.objects.exists()
+        or RepairTicket.objects.exists()
+        or AuditEvent.objects.exists()
+        or Node.objects.exclude(state="ready").exists()
+    )
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=list(ENDPOINTS))
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        pytest.param("a\\u0000b", "NUL characters are not allowed", id="NUL"),
+        pytest.param("a\\ud800b", "Lone surrogate characters are not allowed: U+D800", id="lone high surrogate"),
+        pytest.param("\\udfff", "Lone surrogate characters are not allowed: U+DFFF", id="lone low surrogate"),
+    ],
+)
+def test_unstorable_text_in_a_json_body_is_a_400_naming_the_field(research_queue, operator, endpoint, raw, words):
+    url, body, field = ENDPOINTS[endpoint]
+    # Written out by hand: a JSON encoder would not emit the lone surrogate as an escape.
+    text = "{" + ", ".join(f'"{k}": ' + (f'"{raw}"' if k == field else _json(v)) for k, v in body.items()) + "}"
+
+    response = api_for(operator).post(url, text, content_type="application/json")
+
+    assert response.status_code == 400, response.content
+    assert words in response.json()[field][0]
+    assert nothing_changed()
+
+
+def test_unstorable_text_inside_a_list_is_named_by_its_place(research_queue, operator):
+    text = _json(SPEC).replace('"worker"', '"wor\\u0000ker"')
+
+    response = api_for(operator).post("/api/v1/workloads/", text, content_type="application/json")
+
+    assert response.status_code == 400
+    assert "NUL" in response.json()["pod_sets[0].name"][0]
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=list(ENDPOINTS))
+def test_json_nested_ten_thousand_deep_is_a_400(research_queue, operator, endpoint):
+    url = ENDPOINTS[endpoint][0]
+
+    response = api_for(operator).post(url, "[" * 10_000 + "]" * 10_000, content_type="application/json")
+
+    assert response.status_code == 400
+    assert f"deeper than {MAX_JSON_DEPTH}" in response.json()["detail"]
+    assert nothing_changed()
+
+
+def test_json_just_too_deep_for_the_parser_is_a_400(research_queue, operator):
+    body = '{"name": ' + "[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1) + "}"
+
+    response = api_for(operator).post("/api/v1/workloads/", body, content_type="application/json")
+
+    assert response.status_code == 400 and "deeper than" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/v1/nodes/n%001/",
+        "/api/v1/gpus/GPU%00/",
+        "/api/v1/nodes/n%001/drain/",
+        "/api/v1/workloads/?team=a%00b",
+        "/api/v1/quota-requests/?state=%00",
+        "/api/v1/health-events/?node=n%001",
+        "/api/v1/repair-tickets/%00/",
+        "/scheduling/workloads/?team=%00",
+    ],
+)
+def test_a_nul_in_the_url_is_a_400(research_queue, operator, url):
+    response = api_for(operator).get(url)
+
+    assert response.status_code == 400
+    assert "NUL characters are not allowed in the URL." in response.content.decode()
+
+
+LISTS = [
+    "/api/v1/racks/",
+    "/api/v1/nodes/",
+    "/api/v1/gpus/",
+    "/api/v1/workloads/",
+    "/api/v1/quota-requests/",
+    "/api/v1/health-events/",
+    "/api/v1/repair-tickets/",
+]
+
+
+@pytest.mark.parametrize("url", LISTS)
+@pytest.mark.parametrize(
+    ("query", "param"),
+    [
+        pytest.param("limit=100000000000000000000", "limit", id="limit 10^20"),
+        pytest.param(f"limit={MAX_PAGE_LIMIT + 1}", "limit", id="limit past the bound"),
+        pytest.param("limit=-5", "limit", id="negative limit"),
+        pytest.param("limit=0", "limit", id="zero limit"),
+        pytest.param("limit=abc", "limit", id="non-numeric limit"),
+        pytest.param("limit=1.5", "limit", id="fractional limit"),
+        pytest.param("offset=-1", "offset", id="negative offset"),
+        pytest.param("offset=abc", "offset", id="non-numeric offset"),
+    ],
+)
+def test_a_page_size_out_of_bounds_is_a_400_naming_the_parameter(research_queue, operator, url, query, param):
+    response = api_for(operator).get(f"{url}?{query}")
+
+    assert response.status_code == 400, response.content
+    assert response.json()[param][0].startswith("Must be a whole number")
+
+
+@pytest.mark.parametrize("url", LISTS)
+def test_a_page_at_the_bound_is_served(research_queue, operator, url):
+    response = api_for(operator).get(f"{url}?limit={MAX_PAGE_LIMIT}&offset=100000000000000000000")
+
+    assert response.status_code == 200 and response.json()["results"] == []
+
+
+@pytest.mark.parametrize("param", ["workload", "xid"])
+@pytest.mark.parametrize("value", ["100000000000000000000", "abc", "-1", "1.5"])
+def test_a_number_filter_out_of_range_is_a_400_naming_it(research_queue, operator, param, value):
+    response = api_for(operator).get(f"/api/v1/health-events/?{param}={value}")
+
+    assert response.status_code == 400
+    assert param in response.json()
+
+
+def test_a_number_filter_in_range_is_served(research_queue, operator):
+    assert api_for(operator).get("/api/v1/health-events/?workload=9223372036854775807").status_code == 200
+
+
+@pytest.mark.parametrize("token", ["Bearer é", "Bearer \u00ff\u00fe", "Bearer wrong", ""])
+def test_metrics_refuses_a_wrong_or_non_ascii_token_with_a_401(db, settings, token):
+    settings.FLEETDECK = {**settings.FLEETDECK, "METRICS_TOKEN": "s3cret"}
+
+    response = Client().get("/metrics", HTTP_AUTHORIZATION=token)
+
+    assert response.status_code == 401
+
+
+def test_metrics_serves_the_right_token(db, settings):
+    settings.FLEETDECK = {**settings.FLEETDECK, "METRICS_TOKEN": "s3cret"}
+
+    assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+
+
+def test_the_schema_documents_the_400_of_bodies_and_pages(operator):
+    paths = api_for(operator).get("/api/v1/schema/", {"format": "json"}).json()["paths"]
+
+    assert "400" in paths["/api/v1/nodes/"]["get"]["responses"]
+    limit = next(p for p in paths["/api/v1/nodes/"]["get"]["parameters"] if p["name"] == "limit")
+    assert limit["schema"]["maximum"] == MAX_PAGE_LIMIT
+    assert "400" in paths["/api/v1/repair-tickets/"]["post"]["responses"]
+    assert "400" in paths["/api/v1/quota-requests/"]["post"]["responses"]
+
+
+def _json(value) -> str:
+    return json.dumps(value)
