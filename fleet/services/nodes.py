@@ -59,11 +59,13 @@ TRANSITIONS: dict[tuple[NodeState, NodeState], frozenset[Mover]] = {
     (S.IN_REPAIR, S.READY): frozenset({M.HEALTH, M.OVERRIDE}),
     (S.BURN_IN, S.READY): frozenset({M.HEALTH, M.OVERRIDE}),
 }
-# Why a move out of these states is refused, for the operator reading the message.
-_WHY_NOT = {
-    S.IN_REPAIR: "it is out of service and the health workflow (a passed repair or burn-in) decides when it returns",
-    S.BURN_IN: "it is out of service and the health workflow (a passed repair or burn-in) decides when it returns",
-    S.DRAINING: "wait for the drain to finish or cancel it first",
+# Why a move is refused, for the operator reading the message: by (from, to), else by from.
+_WHY_NOT: dict[tuple[NodeState, NodeState | None], str] = {
+    **{(state, S.CORDONED): "it is already out of service and the health workflow decides when it returns"
+       for state in (S.IN_REPAIR, S.BURN_IN)},
+    **{(state, None): "only the health workflow (a passed repair or burn-in) returns it to service"
+       for state in (S.IN_REPAIR, S.BURN_IN)},
+    (S.DRAINING, None): "wait for the drain to finish or cancel it first",
 }
 _STATE_FIELDS = ["state", "cordon_reason", "cordoned_by", "cordoned_at"]
 
@@ -81,7 +83,7 @@ def _refusal(node: Node, to: NodeState, by: Mover) -> NodeStateConflict:
     current, target = NodeState(node.state), NodeState(to)
     allowed = TRANSITIONS.get((current, target))
     who = f" ({', '.join(sorted(allowed))} only)" if allowed else ""
-    why = _WHY_NOT.get(current, "that move is not allowed")
+    why = _WHY_NOT.get((current, target)) or _WHY_NOT.get((current, None), "that move is not allowed")
     return NodeStateConflict(
         f"Node {node.name} cannot move from {current.label.lower()} to {target.label.lower()}{who}; {why}.",
         code="invalid_state",
