@@ -4,38 +4,40 @@
     .venv/bin/python bench/ingest.py --nodes 200 --log-lines 50000
     .venv/bin/python bench/ingest.py --store               # also time the Django store path (see STORE_HOOK),
                                                            # in a scratch SQLite database
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleetdeck_bench .venv/bin/python bench/ingest.py --store
-                                                           # PostgreSQL: the bench creates that database
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleetdeck .venv/bin/python bench/ingest.py --store
+                                                           # PostgreSQL: in a scratch database next to that one
+                                                           # (fleetdeck_bench), created if missing
 
 DCGM: one exposition payload per node (8 GPUs x 43 metrics with dcgm-exporter's names and labels, pods on
-GPUs 0-5, GPUs 6-7 idle), scraped twice 15 s apart: the same labels and lines, values of each moment.
-Values have the shapes of the captured dumps in shared/telemetry/dcgm (see SOURCES.md there): integer
+GPUs 0-5, GPUs 6-7 idle), scraped 15 s apart: the same labels and lines, values of each moment. Values
+have the shapes of the captured dumps in shared/telemetry/dcgm (see SOURCES.md there): integer
 temperatures (55-85 C busy, 25-40 idle), integer utilisation 0-100, integer FB_USED/FB_FREE MiB summing to
 81,559 (a job's memory stays put between scrapes), power with milliwatt resolution printed "%f" (8.969000),
 6-decimal profiling ratios (0.000000 on idle GPUs), integer counters, fault counters at 0 and the
-NOT_SUPPORTED blank sentinel for memory temperature. Power and busy GPUs' ratios are new every scrape, so the
-2nd scrape still parses ~14 new value texts a payload. "GPU-samples" are GPU readings (one GPU at one
+NOT_SUPPORTED blank sentinel for memory temperature. "GPU-samples" are GPU readings (one GPU at one
 scrape); metric samples are exposition lines. Rows: ours = health.core.dcgm.parse_exposition, in the store
-path's mode (only the families Fleetdeck reads are parsed) and with every metric; "1st scrape" starts with
-empty caches (label blocks, value texts, exposition shapes), "2nd scrape" parses the second scrape after
-the first (the steady state of a 15 s scrape); prometheus_client as written = parse_exposition_reference
-(every line through the parser unchanged); naive regex = one regex per line, no escapes, no sentinels, no
-HELP/TYPE checks (fast and wrong on edge cases).
+path's mode (only the families Fleetdeck stores are read) and with every metric; prometheus_client as
+written = parse_exposition_reference (the whole text through the parser unchanged); naive regex = one
+regex per line, no escapes, no sentinels, no HELP/TYPE checks (fast and wrong on edge cases). Parse times
+are process CPU time (time.process_time).
 Store (--store): bench.ingest_store.store_payloads, i.e. health.services.dcgm_ingest_many in batches of
-health.services.scrape.BATCH nodes, as the scrape runs it; its ms/payload is a batch's CPU time divided by
-its payloads.
+health.services.scrape.BATCH nodes, as the scrape runs it, parse included. One worker (this process): the
+fleet's 1st scrape (the latest rows are inserted) and 2nd scrape (updated), wall clock (the database's
+work counts) and CPU time; ms/payload is a batch's CPU time divided by its payloads. Workers: WORKERS
+child processes, each with its own connection and its own nodes (half the fleet each), ingest one scrape
+of their nodes at once against the same database; GPU-samples/s is all their readings over the wall time
+from the moment they start together until the last one finishes (payloads are generated and the
+inventory created before, untimed). The same is run with one child on its half, and the ratio given.
+Each timed store run starts after a full garbage collection; the collector stays on.
 Kernel log: noise lines mixed with Xid lines in every prefix format plus near misses (SXid, _kgspLogXid119).
 ours = health.core.kernel_log.parse_lines; naive = one big regex on every line, no pre-filter.
-Times are process CPU time (time.process_time), so a busy shared machine does not distort the comparison;
-the database server's own CPU is not in them (PostgreSQL runs apart: see the store's wall-clock rows). Each
-timed store run starts after a full garbage collection (what the setup and the previous run left is not
-collected inside it); the collector stays on, so the store path's own collections are timed.
 """
 from __future__ import annotations
 
 import argparse
 import gc
 import importlib
+import multiprocessing
 import os
 import random
 import re
@@ -46,8 +48,16 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import django  # noqa: E402
+import psycopg  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connections  # noqa: E402
+from psycopg import sql  # noqa: E402
 
 from health.core import dcgm, kernel_log  # noqa: E402
 
@@ -90,7 +100,7 @@ FB_TOTAL_MIB = 81559  # H100 80GB HBM3: FB_USED + FB_FREE (FB_RESERVED printed a
 BUSY_GPUS = 6  # GPUs 0-5 of every node run a pod; 6 and 7 idle
 
 
-class NodeState:
+class SimulatedNode:
     """What stays put between two scrapes of a node: its GPUs' UUIDs and labels, which GPUs run a job,
     the memory each job holds (a training job's framebuffer use is flat), its energy counters."""
 
@@ -109,7 +119,7 @@ class NodeState:
         self.energy = [rng.randint(10**9, 10**11) for _ in H100_BUSES]
 
 
-def _value(rng: random.Random, name: str, state: NodeState, gpu: int) -> str:
+def _value(rng: random.Random, name: str, state: SimulatedNode, gpu: int) -> str:
     """A value as dcgm-exporter prints it (shapes from the captured dumps in shared/telemetry/dcgm):
     integers for temperatures, utilisation, clocks, MiB and counters, 6-decimal floats for power and
     profiling ratios, the NOT_SUPPORTED sentinel for memory temperature."""
@@ -144,7 +154,7 @@ def _value(rng: random.Random, name: str, state: NodeState, gpu: int) -> str:
     return str(rng.randint(0, 10**6))  # NVLink bytes, violation microseconds: counters that grow
 
 
-def node_payload(state: NodeState, rng: random.Random) -> str:
+def node_payload(state: SimulatedNode, rng: random.Random) -> str:
     """One scrape of the node: the same families, labels and order every time, values of this moment."""
     lines: list[str] = []
     for name in GAUGES + COUNTERS:
@@ -253,22 +263,16 @@ Scrapes = list[list[tuple[str, str]]]  # per scrape: (node name, exposition text
 
 
 def bench_dcgm(nodes: int, rng: random.Random) -> Scrapes:
-    """Two scrapes of the fleet, 15 s apart: the same nodes, labels and families, values of each moment.
-    "1st scrape" rows start from empty caches; "2nd scrape" rows parse the second scrape after the first."""
+    """Two scrapes of the fleet, 15 s apart: the same nodes, labels and families, values of each moment."""
     print(f"generating DCGM payloads: {nodes} nodes x 8 GPUs x {len(GAUGES) + len(COUNTERS)} metrics, 2 scrapes ...")
-    states = [NodeState(n, rng) for n in range(nodes)]
+    states = [SimulatedNode(n, rng) for n in range(nodes)]
     scrapes = [[node_payload(state, rng) for state in states] for _scrape in range(2)]
     samples = sum(text.count("\n") for text in scrapes[0]) - nodes * 2 * (len(GAUGES) + len(COUNTERS))
     rows = []
-    for label, fn, scrape in (("ours, store mode, 1st scrape", ours_store_mode, 0),
-                              ("ours, store mode, 2nd scrape", ours_store_mode, 1),
-                              ("ours, all metrics, 1st scrape", ours_all_metrics, 0),
-                              ("ours, all metrics, 2nd scrape", ours_all_metrics, 1),
-                              ("prometheus_client as written (reference)", reference_dcgm, 0),
-                              ("naive regex per line (baseline)", naive_dcgm, 0)):
-        if scrape == 0:
-            dcgm.clear_caches()
-        seconds, gpus, latencies = time_payloads(fn, scrapes[scrape])
+    for label, fn in (("ours, store mode", ours_store_mode), ("ours, all metrics", ours_all_metrics),
+                      ("prometheus_client as written (reference)", reference_dcgm),
+                      ("naive regex per line (baseline)", naive_dcgm)):
+        seconds, gpus, latencies = time_payloads(fn, scrapes[0])
         rows.append((label, gpus / seconds, samples / seconds, _ms(latencies, 50), _ms(latencies, 99), gpus))
     print(f"\nDCGM exposition: {nodes} payloads a scrape, {samples:,} metric samples")
     print(f"{'parser':42} {'GPU-samples/s':>14} {'metric samples/s':>17} {'p50 ms/payload':>15} "
@@ -293,78 +297,112 @@ def bench_kernel_log(count: int, rng: random.Random) -> None:
         print(f"{label:42} {rate:14,.0f} {found:14,}")
 
 
-def _scratch_postgres(settings) -> None:
-    """On PostgreSQL the bench runs in a database of its own (DATABASE_URL's name, created if missing)."""
-    db = settings.DATABASES["default"]
-    if not db["ENGINE"].endswith("postgresql"):
-        return
-    import psycopg
-    from psycopg import sql
+WORKERS = 2
+BENCH_SUFFIX = "_bench"
 
-    with psycopg.connect(dbname="postgres", user=db.get("USER") or None, password=db.get("PASSWORD") or None,
-                         host=db.get("HOST") or None, port=db.get("PORT") or None, autocommit=True) as admin:
-        if admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db["NAME"]]).fetchone() is None:
-            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db["NAME"])))
+
+def _scratch_database() -> tempfile.TemporaryDirectory | None:
+    """Never the developer's own database: DATABASE_URL's PostgreSQL database with "_bench" appended
+    (created where missing), or without DATABASE_URL a scratch SQLite file (the directory returned)."""
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        scratch = tempfile.TemporaryDirectory(prefix="fleetdeck-bench-")
+        os.environ["DATABASE_URL"] = f"sqlite:///{Path(scratch.name) / 'bench.sqlite3'}"
+        return scratch
+    parts = urlsplit(url)
+    if parts.scheme.startswith("postgres"):
+        name = parts.path.lstrip("/") or "fleetdeck"
+        name = name if name.endswith(BENCH_SUFFIX) else name + BENCH_SUFFIX
+        with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True) as admin:
+            if admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None:
+                admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + name))
+    return None
+
+
+def _store_hook():
+    module_name, _, function_name = STORE_HOOK.partition(":")
+    module = importlib.import_module(module_name)
+    return module, getattr(module, function_name)
+
+
+def _worker(payloads: list[tuple[str, str]], now: datetime, barrier, results) -> None:
+    """One worker process: its own connection, then (with the others) parse + store of its payloads."""
+    connections.close_all()  # a forked child never shares its parent's connection
+    module, store = _store_hook()
+    nodes = module.prepare_payloads(payloads)
+    gc.collect()
+    barrier.wait()
+    started = time.perf_counter()
+    stored = store(payloads, now=now, nodes=nodes)
+    results.put((started, time.perf_counter(), stored))
+    connections.close_all()
+
+
+def bench_workers(halves: list[list[tuple[str, str]]], now: datetime) -> float:
+    """GPU-samples/s of len(halves) worker processes ingesting their own payloads at once: all readings
+    over the wall time from their common start to the last one's end."""
+    context = multiprocessing.get_context("fork")  # the children inherit the generated payloads
+    barrier, results = context.Barrier(len(halves)), context.Queue()
+    connections.close_all()
+    children = [context.Process(target=_worker, args=(half, now, barrier, results)) for half in halves]
+    for child in children:
+        child.start()
+    runs = [results.get(timeout=600) for _ in children]
+    for child in children:
+        child.join()
+        if child.exitcode:
+            raise RuntimeError(f"a bench worker failed (exit code {child.exitcode})")
+    return sum(stored for _, _, stored in runs) / (max(end for _, end, _ in runs) - min(s for s, _, _ in runs))
 
 
 def bench_store(scrapes: Scrapes) -> int:
-    """Parse + store (the store hook: health.services.dcgm_ingest_many, batches of nodes) in this one
-    process (= one worker): the first scrape of the fleet (empty label-block and value caches) and the
-    second one 15 s later."""
-    module_name, _, function_name = STORE_HOOK.partition(":")
-    # Never the developer's own database: without DATABASE_URL, a scratch SQLite file that goes away.
-    scratch = None
-    if not os.environ.get("DATABASE_URL"):
-        scratch = tempfile.TemporaryDirectory(prefix="fleetdeck-bench-")
-        os.environ["DATABASE_URL"] = f"sqlite:///{Path(scratch.name) / 'bench.sqlite3'}"
+    """Parse + store (the store hook: health.services.dcgm_ingest_many, batches of nodes): in this one
+    process (= one worker), then in one and in WORKERS child processes against the same database."""
+    scratch = _scratch_database()  # kept alive (a TemporaryDirectory) until the bench returns
     try:
-        import django
-
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
         django.setup()
-        from django.conf import settings
-        from django.core.management import call_command
-
-        _scratch_postgres(settings)
         call_command("migrate", verbosity=0, interactive=False)
-        module = importlib.import_module(module_name)
-        store = getattr(module, function_name)
+        module, store = _store_hook()
     except (ImportError, AttributeError) as exc:
         print(f"\n--store: the Django store path {STORE_HOOK} is not importable ({exc}).")
         print("Hint: the health app provides store_payloads(payloads, *, now) -> int; see STORE_HOOK in this file.")
         return 2
     engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
     payloads = scrapes[0]
-    dcgm.clear_caches()
-    parse_seconds, _, parse_latencies = time_payloads(ours_store_mode, [text for _, text in scrapes[0]])
-    warm_seconds, _, warm_latencies = time_payloads(ours_store_mode, [text for _, text in scrapes[1]])
-    prepare = getattr(module, "prepare_payloads", None)
-    extra = {"nodes": prepare(payloads)} if prepare else {}  # creating the inventory is not timed
-    store(payloads[:2], now=datetime.now(UTC), **extra)  # warms Django's and the database's caches
+    parse_seconds, _, parse_latencies = time_payloads(ours_store_mode, [text for _, text in payloads])
+    nodes = module.prepare_payloads(payloads)  # creating the inventory is not timed
+    store(payloads[:2], now=datetime.now(UTC), nodes=nodes)  # warms Django's and the database's caches
     gpus = sum(len(dcgm.parse_exposition(text)) for _, text in payloads[:1]) * len(payloads)
-    print(f"\nStore path ({STORE_HOOK}, {engine}, one worker): {len(payloads)} node payloads, {gpus:,} GPU readings")
-    batch = getattr(module, "BATCH", 1)
+    print(f"\nStore path ({STORE_HOOK}, {engine}, {os.cpu_count()} CPUs shared with the database): "
+          f"{len(payloads)} node payloads, {gpus:,} GPU readings")
     print(f"{'path':42} {'GPU-samples/s':>14} {'p50 ms/payload':>15} {'p99 ms/payload':>15}"
-          + (f"   (store: batches of {batch}, ms/payload = a batch's time / its payloads)" if batch > 1 else ""))
-    print(f"{'parse only (store mode), 1st scrape':42} {gpus / parse_seconds:14,.0f} {_ms(parse_latencies, 50):15.2f} "
+          f"   (store: batches of {module.BATCH}, ms/payload = a batch's time / its payloads)")
+    print(f"{'parse only (store mode)':42} {gpus / parse_seconds:14,.0f} {_ms(parse_latencies, 50):15.2f} "
           f"{_ms(parse_latencies, 99):15.2f}")
-    print(f"{'parse only (store mode), 2nd scrape':42} {gpus / warm_seconds:14,.0f} {_ms(warm_latencies, 50):15.2f} "
-          f"{_ms(warm_latencies, 99):15.2f}")
-    start = datetime.now(UTC)
+    start = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
     for scrape, name in ((1, "1st scrape"), (2, "2nd scrape")):
-        if scrape == 1:
-            dcgm.clear_caches()
         gc.collect()  # the setup's and the last run's garbage is not this run's (the collector stays on)
         latencies: list[float] = []
         started = time.process_time()
         wall = time.perf_counter()
-        stored = store(scrapes[scrape - 1], now=start + timedelta(seconds=15 * scrape), latencies=latencies, **extra)
+        stored = store(scrapes[scrape - 1], now=start + timedelta(seconds=15 * scrape), latencies=latencies,
+                       nodes=nodes)
         seconds = time.process_time() - started
         wall = time.perf_counter() - wall
         print(f"{'parse + store, ' + name + ' (CPU time)':42} {stored / seconds:14,.0f} {_ms(latencies, 50):15.2f} "
               f"{_ms(latencies, 99):15.2f}")
         print(f"{'parse + store, ' + name + ' (wall clock)':42} {stored / wall:14,.0f}")
-    print("target: >= 20,000 GPU-samples/s per worker")
+    # Each run its own minute (its history rows are new, as a run of the scrape's is once a minute).
+    halves = [scrapes[1][i::WORKERS] for i in range(WORKERS)]
+    one = bench_workers(halves[:1], start + timedelta(minutes=2))
+    many = bench_workers(halves, start + timedelta(minutes=3))
+    print(f"{'parse + store, 1 worker process (wall)':42} {one:14,.0f}   ({len(halves[0])} nodes)")
+    print(f"{f'parse + store, {WORKERS} worker processes (wall)':42} {many:14,.0f}   "
+          f"({' + '.join(str(len(half)) for half in halves)} nodes at once; {many / one:.2f}x one worker)")
+    print(f"target: >= 10,000 GPU-samples/s per worker (wall clock), {WORKERS} workers >= 1.7x one")
+    del scratch
     return 0
 
 

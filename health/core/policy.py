@@ -23,6 +23,9 @@ Public API:
                         each has `.kind` and `.to_dict()`
     signal_from_kernel_event(event, node=, gpu_uuid=None) -> HealthSignal | None
     signals_from_reading(reading, node=) -> list[HealthSignal]    level signals from one DCGM reading
+                        (its fault counters, DCGM health, DCGM_FI_DEV_XID_ERRORS and every Xid an `xid`-labelled
+                        series names, through the same Xid catalog as kernel-log Xids)
+    WorkloadProgress    a running workload's last progress (and when the watchdog flagged it)
     watchdog(running, now, stale_after_s=900) -> WatchdogResult(flag, requeue, clear)
     stale_nodes(last_seen_by_node, now, after_s=120) -> list[str]
 
@@ -40,7 +43,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from .dcgm import HEALTH_FAIL, HEALTH_WARN, GpuReading
+from .dcgm import HEALTH_FAIL, HEALTH_WARN, DcgmSample
 from .kernel_log import KIND_FALLEN_OFF_BUS, KIND_SXID, KIND_XID, KernelEvent
 from .xid_catalog import Action, Category, action_for, lookup
 
@@ -374,7 +377,7 @@ def signal_from_kernel_event(event: KernelEvent, *, node: str, gpu_uuid: str | N
     )
 
 
-def signals_from_reading(reading: GpuReading, *, node: str) -> list[HealthSignal]:
+def signals_from_reading(reading: DcgmSample, *, node: str) -> list[HealthSignal]:
     """Level signals from one DCGM reading.
 
     They carry no timestamp, so the dedup key hashes the value: scraping the same bad counter every
@@ -401,6 +404,11 @@ def signals_from_reading(reading: GpuReading, *, node: str) -> list[HealthSignal
         info = lookup(reading.xid_last)
         level(SignalKind.XID, "xid_last", reading.xid_last, xid=reading.xid_last, category=info.category,
               action=info.action)
+    for xid in sorted(reading.xids):
+        if xid != reading.xid_last:  # the same Xid as DCGM_FI_DEV_XID_ERRORS: one signal
+            # The code, not the count, in the evidence: a window's count changes while the Xid stays one event.
+            info = lookup(xid)
+            level(SignalKind.XID, "xid", xid, xid=xid, category=info.category, action=info.action)
     return out
 
 
@@ -408,7 +416,9 @@ def signals_from_reading(reading: GpuReading, *, node: str) -> list[HealthSignal
 
 
 @dataclass(frozen=True, slots=True)
-class RunningWorkload:
+class WorkloadProgress:
+    """A running workload's last reported progress, as the watchdog checks it."""
+
     workload_id: str
     last_progress_at: datetime
     flagged_at: datetime | None = None  # when an earlier check flagged it as stale
@@ -421,7 +431,7 @@ class WatchdogResult:
     clear: tuple[str, ...] = ()  # flagged earlier but progressed since: drop the flag
 
 
-def watchdog(running: Iterable[RunningWorkload], now: datetime, *, stale_after_s: float = 900) -> WatchdogResult:
+def watchdog(running: Iterable[WorkloadProgress], now: datetime, *, stale_after_s: float = 900) -> WatchdogResult:
     """Flag first, requeue on a later check: one missed progress report never kills a job."""
     stale_after = timedelta(seconds=stale_after_s)
     flag: list[str] = []

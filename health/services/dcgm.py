@@ -1,16 +1,19 @@
-"""DCGM exporter telemetry: parse, match each reading to a GPU row, store it, apply the policy."""
+"""DCGM exporter telemetry: parse, match each reading to a GPU row, store it, apply the policy.
+
+Each payload is parsed once; its readings then go down one of two paths, which build their rows the
+same way (_rows): the healthy scrapes of live nodes (no fault counter, node not `unknown`: nearly all)
+are stored together in one transaction, a faulty payload or a node coming back from `unknown` in a
+transaction of its own under the node's row lock (node_seen, remediation). dcgm_ingest is a batch of one.
+"""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models.base import ModelState
-from django.db.models.signals import post_init, pre_init
 from django.utils import timezone
 
 from core.actors import Actor
@@ -26,35 +29,22 @@ from .readings import ReadingRow, readings_store
 
 log = logging.getLogger(__name__)
 
+# What matching and storing read of a GPU row (the rest loads on access).
+_GPU_FIELDS = ("id", "uuid", "index", "node")
+_IDS_PER_STATEMENT = 900  # under SQLite's 999 bound parameters of old builds
+
 
 @dataclass(eq=False, slots=True)
 class DcgmOutcome:
-    """What one exposition did: readings understood and stored, events and actions. The batch path
-    keeps its text and plain GPU rows: `readings` are parsed and `matched` built on first access."""
+    """What one exposition did: its readings, the GPU row each matched, rows stored, events and actions."""
 
+    readings: list[dcgm.DcgmSample] = field(default_factory=list, repr=False)
+    matched: list[Gpu | None] = field(default_factory=list, repr=False)  # per reading
     stored: int = 0
     signals: SignalOutcome = field(default_factory=SignalOutcome)
-    parsed: list[dcgm.GpuReading] | None = field(default=None, repr=False)
-    text: str | bytes | None = field(default=None, repr=False)
-    gpus: list[Gpu | None] | None = field(default=None, repr=False)  # per reading
-    gpu_rows: list[tuple | None] | None = field(default=None, repr=False)  # per reading, as _nodes_gpus reads them
 
     @property
-    def readings(self) -> list[dcgm.GpuReading]:
-        if self.parsed is None:
-            self.parsed = dcgm_parse(self.text or "", all_metrics=False)  # parsed before: cannot fail now
-        return self.parsed
-
-    @property
-    def matched(self) -> list[Gpu | None]:
-        if self.gpus is None:
-            rows = self.gpu_rows or []
-            built = iter(_gpus_from_rows(_gpu_names(), [row for row in rows if row is not None]))
-            self.gpus = [None if row is None else next(built) for row in rows]
-        return self.gpus
-
-    @property
-    def unmatched(self) -> list[dcgm.GpuReading]:
+    def unmatched(self) -> list[dcgm.DcgmSample]:
         return [r for r, gpu in zip(self.readings, self.matched, strict=True) if gpu is None]
 
     def dry_run_rows(self) -> list[dict]:
@@ -66,16 +56,11 @@ class DcgmOutcome:
         return rows
 
 
-def dcgm_parse(text: str | bytes, *, all_metrics: bool = True) -> list[dcgm.GpuReading]:
+def dcgm_parse(text: str | bytes, *, all_metrics: bool = True) -> list[dcgm.DcgmSample]:
     """Readings of an exposition; ValidationError naming the line when the text is not one.
     all_metrics=False: the store path's cheaper parse (`metrics` holds only the named fields)."""
-    return _validated(text, lambda text: dcgm.parse_exposition(text, all_metrics=all_metrics))
-
-
-def _validated(text: str | bytes, parse: Callable[[str | bytes], list]) -> list:
-    """parse(text), refused as dcgm_parse refuses text that is not an exposition."""
     try:
-        readings = parse(text)
+        readings = dcgm.parse_exposition(text, all_metrics=all_metrics)
     except ValueError as exc:
         raise ValidationError({"text": [str(exc)]}, code="invalid") from exc
     if not readings:
@@ -84,16 +69,15 @@ def _validated(text: str | bytes, parse: Callable[[str | bytes], list]) -> list:
     return readings
 
 
-def match_gpus(node: Node, readings: Sequence[dcgm.GpuReading] | Sequence[dcgm.StoreReading],
-               gpus: Sequence[Gpu]) -> list[Gpu | None]:
+def match_gpus(node: Node, readings: Sequence[dcgm.DcgmSample], gpus: Sequence[Gpu]) -> list[Gpu | None]:
     """By UUID; else by index when the reading's hostname is the node's (or absent)."""
     return _match(node, readings, {g.uuid: g for g in gpus}, {g.index: g for g in gpus})
 
 
-def _match(node: Node, readings: Sequence[dcgm.GpuReading] | Sequence[dcgm.StoreReading], by_uuid: dict[str, Any],
-           by_index: dict[int, Any]) -> list[Any]:
+def _match(node: Node, readings: Sequence[dcgm.DcgmSample], by_uuid: dict[str, Gpu],
+           by_index: dict[int, Gpu]) -> list[Gpu | None]:
     names = {node.name, node.hostname} - {""}
-    out: list[Any] = []
+    out: list[Gpu | None] = []
     for reading in readings:
         gpu = by_uuid.get(reading.uuid or "")
         if gpu is None and reading.uuid is None and reading.gpu_index is not None:
@@ -103,20 +87,23 @@ def _match(node: Node, readings: Sequence[dcgm.GpuReading] | Sequence[dcgm.Store
     return out
 
 
-def _row(reading: dcgm.GpuReading, gpu: Gpu) -> ReadingRow:
-    return ReadingRow(
-        gpu_id=gpu.pk,
-        mig_instance_id=WHOLE_GPU if reading.mig_instance_id is None else reading.mig_instance_id,
-        mig_profile=reading.mig_profile or "",
-        sm_active=reading.sm_active, gpu_util=reading.gpu_util, fb_used_mib=reading.fb_used_mib,
-        fb_free_mib=reading.fb_free_mib, temperature_c=reading.temperature_c, power_w=reading.power_w,
-        ecc_dbe_volatile=reading.ecc_dbe_volatile, row_remap_failure=reading.row_remap_failure,
-        row_remap_pending=reading.row_remap_pending, xid_last=reading.xid_last, health_status=reading.health_status,
-        pod=reading.pod or "", namespace=reading.namespace or "",
-    )
+def _rows(readings: Sequence[dcgm.DcgmSample], matched: Sequence[Gpu | None]) -> list[ReadingRow]:
+    """The stored rows of the matched readings: the one way a DCGM reading becomes a row."""
+    return [
+        ReadingRow(
+            gpu_id=gpu.pk,
+            mig_instance_id=WHOLE_GPU if r.mig_instance_id is None else r.mig_instance_id,
+            mig_profile=r.mig_profile or "", sm_active=r.sm_active, gpu_util=r.gpu_util, fb_used_mib=r.fb_used_mib,
+            fb_free_mib=r.fb_free_mib, temperature_c=r.temperature_c, power_w=r.power_w,
+            ecc_dbe_volatile=r.ecc_dbe_volatile, row_remap_failure=r.row_remap_failure,
+            row_remap_pending=r.row_remap_pending, xid_last=r.xid_last, health_status=r.health_status,
+            pod=r.pod or "", namespace=r.namespace or "",
+        )
+        for r, gpu in zip(readings, matched, strict=True) if gpu is not None
+    ]
 
 
-def dcgm_signals(node: Node, readings: Sequence[dcgm.GpuReading], matched: Sequence[Gpu | None]) -> list:
+def dcgm_signals(node: Node, readings: Sequence[dcgm.DcgmSample], matched: Sequence[Gpu | None]) -> list:
     signals = []
     for reading, gpu in zip(readings, matched, strict=True):
         if reading.mig_instance_id is not None:
@@ -128,62 +115,14 @@ def dcgm_signals(node: Node, readings: Sequence[dcgm.GpuReading], matched: Seque
     return signals
 
 
-def _node_touch(node: Node, now: datetime) -> str | None:
-    """Set last_heartbeat and return the node's state (None: no such node) in one statement, which
-    also takes the node's row lock on PostgreSQL (SQLite locks the database for the transaction)."""
-    quote = connection.ops.quote_name
-    meta = Node._meta
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {quote(meta.db_table)} SET {quote(meta.get_field('last_heartbeat').column)} = %s "
-            f"WHERE {quote(meta.pk.column)} = %s RETURNING {quote(meta.get_field('state').column)}",
-            [connection.ops.adapt_datetimefield_value(now), node.pk],
-        )
-        row = cursor.fetchone()
-    return None if row is None else row[0]
-
-
-_GPU_FIELDS = ("id", "uuid", "index", "node")
-
-
-def _node_gpus(node: Node) -> list[Gpu]:
-    """The node's GPUs with only what matching and storing need (the rest loads on access, as with
-    .only()): one plain SELECT instead of the ORM's ~0.4 ms for a queryset ordered across a join."""
-    quote = connection.ops.quote_name
-    fields = _gpu_fields()  # from_db takes the values in the model's field order
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {', '.join(quote(f.column) for f in fields)} FROM {quote(Gpu._meta.db_table)} "
-            f"WHERE {quote(Gpu._meta.get_field('node').column)} = %s",
-            [node.pk],
-        )
-        rows = cursor.fetchall()
-    return _gpus_from_rows([f.attname for f in fields], rows)
-
-
-def _gpus_from_rows(names: list[str], rows: Sequence[tuple]) -> list[Gpu]:
-    """Gpu instances with only `names` loaded (the rest loads on access, as with .only()). Built as
-    unpickling builds them (the fields in __dict__, a fresh ModelState): Gpu.from_db's __init__ costs
-    ~4 us a GPU, a third of a batch's store time. Through from_db whenever something listens to the
-    model's init signals, which this way would not send."""
-    alias = connection.alias
-    if pre_init.has_listeners(Gpu) or post_init.has_listeners(Gpu):
-        return [Gpu.from_db(alias, names, row) for row in rows]
-    gpus = []
-    new = Gpu.__new__
-    for row in rows:
-        gpu = new(Gpu)
-        gpu.__dict__.update(zip(names, row, strict=True))
-        state = gpu._state = ModelState()
-        state.adding, state.db = False, alias
-        gpus.append(gpu)
-    return gpus
-
-
-def _has_fault(reading: dcgm.GpuReading | dcgm.StoreReading) -> bool:
-    # Mirrors the counters dcgm_signals acts on, so a healthy scrape skips the policy and its locks.
+def _has_fault(reading: dcgm.DcgmSample) -> bool:
+    # Mirrors the counters signals_from_reading acts on, so a healthy scrape skips the policy and its locks.
     return bool(reading.ecc_dbe_volatile or reading.row_remap_failure or reading.row_remap_pending or reading.xid_last
-                or (reading.health_status is not None and reading.health_status >= dcgm.HEALTH_WARN))
+                or reading.xids or (reading.health_status is not None and reading.health_status >= dcgm.HEALTH_WARN))
+
+
+def _faulty(readings: Sequence[dcgm.DcgmSample]) -> bool:
+    return any(_has_fault(r) for r in readings if r.mig_instance_id is None)
 
 
 def dcgm_ingest(
@@ -193,41 +132,12 @@ def dcgm_ingest(
     row-remap failure, DCGM health, Xid). Dry run: parse and match only, store nothing.
     Raises ValidationError (nothing stored) for text that is not an exposition."""
     readings = dcgm_parse(text, all_metrics=dry_run)  # a dry run shows every metric
-    now = now or timezone.now()
     if dry_run:
-        return DcgmOutcome(parsed=readings, gpus=match_gpus(node, readings, list(Gpu.objects.filter(node=node))))
-    return _ingest_readings(node, readings, actor=actor, now=now)
-
-
-def _faulty(readings: Sequence[dcgm.GpuReading] | Sequence[dcgm.StoreReading]) -> bool:
-    return any(_has_fault(r) for r in readings if r.mig_instance_id is None)
-
-
-def _ingest_readings(node: Node, readings: list[dcgm.GpuReading], *, actor: Actor, now: datetime) -> DcgmOutcome:
-    faulty = _faulty(readings)
-    with transaction.atomic():
-        # A healthy scrape of a live node (nearly all of them) touches the node in one statement; a
-        # fault or a node coming back from `unknown` takes the full path under the node's row lock.
-        fresh = not faulty and connection.vendor in ("sqlite", "postgresql")
-        if fresh:
-            state = _node_touch(node, now)
-            if state is None:
-                raise Node.DoesNotExist(f"Node {node.pk} does not exist.")
-            fresh = state != NodeState.UNKNOWN
-        if not fresh:
-            node = Node.objects.select_for_update().get(pk=node.pk)
-        gpus = _node_gpus(node) if fresh else list(Gpu.objects.filter(node=node))
-        matched = match_gpus(node, readings, gpus)
-        outcome = DcgmOutcome(parsed=readings, gpus=matched)
-        rows = [_row(r, g) for r, g in zip(readings, matched, strict=True) if g is not None]
-        outcome.stored = readings_store(rows=rows, source=EventSource.DCGM, now=now)
-        if not fresh:
-            node_seen(node=node, now=now)
-        signals = dcgm_signals(node, readings, matched) if faulty else []
-        if signals:
-            outcome.signals = signals_apply(node=node, signals=signals, source=EventSource.DCGM, actor=actor, now=now,
-                                            gpus={g.uuid: g for g in gpus})
-    return outcome
+        return DcgmOutcome(readings=readings, matched=match_gpus(node, readings, list(Gpu.objects.filter(node=node))))
+    (result,) = _ingest_parsed([(node, readings)], now=now or timezone.now(), actor=actor)
+    if isinstance(result, Exception):
+        raise result
+    return result
 
 
 def dcgm_ingest_many(
@@ -237,89 +147,89 @@ def dcgm_ingest_many(
     the exception that node's ingest raised (ValidationError for text that is not an exposition,
     Node.DoesNotExist, a database error), so one node's failure never affects another's.
 
-    The healthy scrapes of live nodes (no fault counters, node not `unknown`; nearly all) are stored
-    together in one transaction: one UPDATE of the nodes' last_heartbeat, one SELECT of their GPUs,
-    one upsert of the latest readings, one insert of the minute history; they are read as StoreReadings
-    (their outcomes parse GpuReadings only when asked). Faulty payloads and nodes coming back from
-    `unknown` take dcgm_ingest's path (remediation, node_seen), each in its own transaction; so does
-    every node of the batch when the batch's transaction fails."""
+    The healthy scrapes of live nodes are stored together in one transaction: one UPDATE of the nodes'
+    last_heartbeat, one SELECT of their GPUs, one upsert of the latest readings, one insert of the minute
+    history. Faulty payloads and nodes coming back from `unknown` each take a transaction of their own;
+    so does every node of the batch when the batch's transaction fails."""
     now = now or timezone.now()
     results: list[DcgmOutcome | Exception | None] = [None] * len(items)
-    parsed: dict[int, list[dcgm.StoreReading]] = {}
-    for i, (_node, text) in enumerate(items):
+    parsed: list[tuple[int, Node, list[dcgm.DcgmSample]]] = []
+    for i, (node, text) in enumerate(items):
         try:
-            parsed[i] = _validated(text, dcgm.parse_for_store)
+            parsed.append((i, node, dcgm_parse(text, all_metrics=False)))
         except ValidationError as exc:
             results[i] = exc
-    batch = [i for i, readings in parsed.items() if not _faulty(readings)]
-    healthy = set(batch)
-    alone = [i for i in parsed if i not in healthy]
+    outcomes = _ingest_parsed([(node, readings) for _i, node, readings in parsed], now=now, actor=actor)
+    for (i, _node, _readings), outcome in zip(parsed, outcomes, strict=True):
+        results[i] = outcome
+    return results  # type: ignore[return-value]  (every item has its result now)
+
+
+def _ingest_parsed(
+    items: Sequence[tuple[Node, list[dcgm.DcgmSample]]], *, now: datetime, actor: Actor
+) -> list[DcgmOutcome | Exception]:
+    results: list[DcgmOutcome | Exception | None] = [None] * len(items)
+    batch = [i for i, (_node, readings) in enumerate(items) if not _faulty(readings)]
+    alone = [i for i, (_node, readings) in enumerate(items) if _faulty(readings)]
+    # The batch statements are written for these two engines (UPDATE ... RETURNING).
     if batch and connection.vendor in ("sqlite", "postgresql"):
         try:
-            batch_outcomes = _ingest_healthy([(items[i][0], parsed[i], items[i][1]) for i in batch], now=now)
+            outcomes = _ingest_healthy([items[i] for i in batch], now=now)
         except Exception:  # noqa: BLE001  a database error (or any surprise): each node then fails or not on its own
             log.warning("batch DCGM ingest of %d nodes failed; ingesting them one by one", len(batch), exc_info=True)
             alone += batch
         else:
-            for i, outcome in zip(batch, batch_outcomes, strict=True):
+            for i, outcome in zip(batch, outcomes, strict=True):
                 if outcome is None:
-                    alone.append(i)  # missing or `unknown`: the full path decides
+                    alone.append(i)  # missing or `unknown`: the locked path decides
                 else:
                     results[i] = outcome
     else:
         alone += batch
     for i in sorted(alone):
-        node, text = items[i]
+        node, readings = items[i]
         try:
-            results[i] = _ingest_readings(node, dcgm_parse(text, all_metrics=False), actor=actor, now=now)
+            results[i] = _ingest_alone(node, readings, actor=actor, now=now)
         except Exception as exc:  # noqa: BLE001  reported per node: one node's surprise must not stop the others
             results[i] = exc
     return results  # type: ignore[return-value]  (every item has its result now)
 
 
-def _ingest_healthy(
-    items: Sequence[tuple[Node, list[dcgm.StoreReading], str | bytes]], *, now: datetime
-) -> list[DcgmOutcome | None]:
-    """Store healthy readings of many nodes in one transaction; None for a node that is missing or
-    `unknown` (touched by nothing here: the caller sends it down the full path)."""
+def _ingest_alone(node: Node, readings: list[dcgm.DcgmSample], *, actor: Actor, now: datetime) -> DcgmOutcome:
+    """One node under its row lock: store, mark it seen (back from `unknown`), act on its faults."""
     with transaction.atomic():
-        live = _nodes_touch(sorted({node.pk for node, _, _ in items}), now)
+        node = Node.objects.select_for_update().get(pk=node.pk)
+        gpus = list(Gpu.objects.filter(node=node))
+        matched = match_gpus(node, readings, gpus)
+        outcome = DcgmOutcome(readings=readings, matched=matched)
+        outcome.stored = readings_store(rows=_rows(readings, matched), source=EventSource.DCGM, now=now)
+        node_seen(node=node, now=now)
+        signals = dcgm_signals(node, readings, matched) if _faulty(readings) else []
+        if signals:
+            outcome.signals = signals_apply(node=node, signals=signals, source=EventSource.DCGM, actor=actor, now=now,
+                                            gpus={g.uuid: g for g in gpus})
+    return outcome
+
+
+def _ingest_healthy(items: Sequence[tuple[Node, list[dcgm.DcgmSample]]], *, now: datetime) -> list[DcgmOutcome | None]:
+    """Store healthy readings of many nodes in one transaction; None for a node that is missing or
+    `unknown` (touched by nothing here: the caller sends it down the locked path)."""
+    with transaction.atomic():
+        live = _nodes_touch(sorted({node.pk for node, _ in items}), now)
         gpus_of = _nodes_gpus(live)
         outcomes: list[DcgmOutcome | None] = []
         rows: list[ReadingRow] = []
-        for node, readings, text in items:
+        for node, readings in items:
             if node.pk not in live:
                 outcomes.append(None)
                 continue
-            by_uuid, by_index = gpus_of.get(node.pk, _NO_GPUS)
+            by_uuid, by_index = gpus_of.get(node.pk, ({}, {}))
             matched = _match(node, readings, by_uuid, by_index)
-            stored = len(rows)
-            rows += [_store_row(r, g[0]) for r, g in zip(readings, matched, strict=True) if g is not None]
-            outcomes.append(DcgmOutcome(gpu_rows=matched, stored=len(rows) - stored, text=text))
+            node_rows = _rows(readings, matched)
+            rows += node_rows
+            outcomes.append(DcgmOutcome(readings=readings, matched=matched, stored=len(node_rows)))
         readings_store(rows=rows, source=EventSource.DCGM, now=now)
     return outcomes
-
-
-def _store_row(reading: dcgm.StoreReading, gpu_id: int) -> ReadingRow:
-    """_row's ReadingRow, by position from a StoreReading (the same fields in the same order, after
-    StoreReading's identity: checked below)."""
-    (_uuid, _index, _host, profile, instance, sm_active, gpu_util, fb_used, fb_free, temperature, power, xid_last,
-     ecc_dbe, remap_failure, remap_pending, _xid_count, health, pod, namespace) = reading
-    return _new_row(ReadingRow, (gpu_id, WHOLE_GPU if instance is None else instance, profile or "", sm_active,
-                                 gpu_util, fb_used, fb_free, temperature, power, ecc_dbe, remap_failure,
-                                 remap_pending, xid_last, health, pod or "", namespace or ""))
-
-
-_new_row = tuple.__new__  # a named tuple without _make's checks (the row above has every field)
-if ReadingRow._fields != ("gpu_id", "mig_instance_id", "mig_profile", "sm_active", "gpu_util", "fb_used_mib",
-                          "fb_free_mib", "temperature_c", "power_w", "ecc_dbe_volatile", "row_remap_failure",
-                          "row_remap_pending", "xid_last", "health_status", "pod", "namespace"):
-    raise RuntimeError("ReadingRow's fields are not in the order _store_row gives them")
-if dcgm.StoreReading._fields[3:] != ("mig_profile", "mig_instance_id", "sm_active", "gpu_util", "fb_used_mib",
-                                     "fb_free_mib", "temperature_c", "power_w", "xid_last", "ecc_dbe_volatile",
-                                     "row_remap_failure", "row_remap_pending", "xid_count", "health_status", "pod",
-                                     "namespace"):
-    raise RuntimeError("StoreReading's fields are not in the order _store_row takes them")
 
 
 def _nodes_touch(pks: Sequence[int], now: datetime) -> set[int]:
@@ -352,44 +262,12 @@ def _nodes_touch(pks: Sequence[int], now: datetime) -> set[int]:
     return touched
 
 
-_IDS_PER_STATEMENT = 900  # under SQLite's 999 bound parameters of old builds
-
-
-def _nodes_gpus(pks: set[int]) -> dict[int, tuple[dict[str, tuple], dict[int, tuple]]]:
-    """The nodes' GPUs as plain rows (_gpu_names' fields, the id first), by node id: by UUID and by
-    index, as matching looks them up. Rows, not Gpu instances: a batch's outcomes build those only
-    when asked (DcgmOutcome.matched), which spares the store path ~4 objects a GPU."""
-    quote = connection.ops.quote_name
-    fields = _gpu_fields()
-    names = [f.attname for f in fields]
-    uuid_at, index_at, node_at = names.index("uuid"), names.index("index"), names.index("node_id")
-    node_column = quote(Gpu._meta.get_field("node").column)
-    select = f"SELECT {', '.join(quote(f.column) for f in fields)} FROM {quote(Gpu._meta.db_table)} WHERE "
-    by_node: dict[int, tuple[dict[str, tuple], dict[int, tuple]]] = {}
+def _nodes_gpus(pks: set[int]) -> dict[int, tuple[dict[str, Gpu], dict[int, Gpu]]]:
+    """The nodes' GPUs by node id, by UUID and by index as matching looks them up."""
+    by_node: dict[int, tuple[dict[str, Gpu], dict[int, Gpu]]] = {}
     ids = sorted(pks)
-    with connection.cursor() as cursor:
-        for start in range(0, len(ids), _IDS_PER_STATEMENT):
-            chunk = ids[start:start + _IDS_PER_STATEMENT]
-            if connection.vendor == "postgresql":
-                cursor.execute(select + f"{node_column} = ANY(%s)", [chunk])
-            else:
-                cursor.execute(select + f"{node_column} IN ({', '.join(['%s'] * len(chunk))})", chunk)
-            for row in cursor.fetchall():
-                by_uuid, by_index = by_node.setdefault(row[node_at], ({}, {}))
-                by_uuid[row[uuid_at]] = by_index[row[index_at]] = row
+    for start in range(0, len(ids), _IDS_PER_STATEMENT):
+        for gpu in Gpu.objects.filter(node_id__in=ids[start:start + _IDS_PER_STATEMENT]).only(*_GPU_FIELDS).order_by():
+            by_uuid, by_index = by_node.setdefault(gpu.node_id, ({}, {}))
+            by_uuid[gpu.uuid] = by_index[gpu.index] = gpu
     return by_node
-
-
-_NO_GPUS: tuple[dict, dict] = ({}, {})
-
-
-def _gpu_fields() -> list:
-    """The Gpu fields matching and storing need, in the model's order (from_db's), the id first."""
-    fields = [f for f in Gpu._meta.concrete_fields if f.name in _GPU_FIELDS]
-    if fields[0].attname != "id":
-        raise RuntimeError("Gpu's first concrete field is not its id")
-    return fields
-
-
-def _gpu_names() -> list[str]:
-    return [f.attname for f in _gpu_fields()]

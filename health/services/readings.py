@@ -14,12 +14,9 @@ from typing import NamedTuple
 from django.db import connection, transaction
 
 from health.models import WHOLE_GPU, GpuReading, GpuReadingMinute
+from health.telemetry import keeps_minute_history
 
 HISTORY_DAYS = 7
-_LATEST_FIELDS = [
-    "mig_profile", "at", "source", "sm_active", "gpu_util", "fb_used_mib", "fb_free_mib", "temperature_c", "power_w",
-    "ecc_dbe_volatile", "row_remap_failure", "row_remap_pending", "xid_last", "health_status", "pod", "namespace",
-]
 
 
 class ReadingRow(NamedTuple):
@@ -44,6 +41,12 @@ class ReadingRow(NamedTuple):
     namespace: str = ""
 
 
+# The latest row's columns: ReadingRow's key and profile, the time and source, then the rest of its
+# fields in its order (so a row's values go in by slice).
+_LATEST_COLUMNS = [*ReadingRow._fields[:3], "at", "source", *ReadingRow._fields[3:]]
+_LATEST_FIELDS = _LATEST_COLUMNS[2:]  # what an upsert of an existing row sets
+
+
 def minute_of(at: datetime) -> datetime:
     return at.replace(second=0, microsecond=0)
 
@@ -52,7 +55,8 @@ def readings_store(*, rows: Sequence[ReadingRow], source: str, now: datetime) ->
     """Upsert the latest readings and add the minute history; returns the number of rows stored."""
     if not rows:
         return 0
-    minute = minute_of(now)
+    # With a telemetry source that keeps the history (Prometheus), only the latest rows are written.
+    minute = minute_of(now) if keeps_minute_history() else None
     # Its own transaction when called alone; inside a caller's (the ingest services), no savepoint.
     with transaction.atomic(savepoint=False):
         if connection.vendor in ("sqlite", "postgresql"):
@@ -64,7 +68,6 @@ def readings_store(*, rows: Sequence[ReadingRow], source: str, now: datetime) ->
 
 # Both engines take the same INSERT ... ON CONFLICT. Written out because bulk_create spends ~1 ms per
 # 8-GPU payload building model instances and preparing every value (the ingest bench's largest cost).
-_LATEST_COLUMNS = ["gpu_id", "mig_instance_id", *_LATEST_FIELDS]
 _MINUTE_COLUMNS = ["gpu_id", "minute", "sm_active", "fb_used_mib", "temperature_c", "power_w"]
 
 
@@ -142,7 +145,7 @@ def _upsert_json(latest: list[tuple], history: list[tuple]) -> bool:
     return True
 
 
-def _upsert_sql(rows: Sequence[ReadingRow], source: str, now: datetime, minute: datetime) -> None:
+def _upsert_sql(rows: Sequence[ReadingRow], source: str, now: datetime, minute: datetime | None) -> None:
     vendor = connection.vendor
     at = connection.ops.adapt_datetimefield_value(now)
     minute_value = connection.ops.adapt_datetimefield_value(minute)
@@ -153,17 +156,16 @@ def _upsert_sql(rows: Sequence[ReadingRow], source: str, now: datetime, minute: 
         # Nearly every GPU has its row already: an UPDATE by the key costs two thirds of the upsert. Where
         # it did not find every row, the upsert below writes them all.
         with connection.cursor() as cursor:
-            cursor.executemany(_update_sql(), [(r[2], at, source, *r[3:14], r[14][:253], r[15][:253], r[0], r[1])
+            cursor.executemany(_update_sql(), [(r[2], at, source, *r[3:-2], r.pod[:253], r.namespace[:253], r[0], r[1])
                                                for r in unique])
             updated = cursor.rowcount
     if vendor != "sqlite" or updated != len(unique):
-        # _LATEST_COLUMNS' order: ReadingRow's first three fields, at, source, its values (by slice: a row
-        # is built per GPU per scrape), pod and namespace (checked below).
-        latest = [(*r[:3], at, source, *r[3:14], r[14][:253], r[15][:253]) for r in unique]
+        # _LATEST_COLUMNS' order: ReadingRow's first three fields, at, source, its other fields.
+        latest = [(*r[:3], at, source, *r[3:-2], r.pod[:253], r.namespace[:253]) for r in unique]
     history = []
     seen: set[int] = set()
     for r in rows:
-        if r[1] == WHOLE_GPU and r[0] not in seen:  # mig_instance_id, gpu_id
+        if minute is not None and r[1] == WHOLE_GPU and r[0] not in seen:  # mig_instance_id, gpu_id
             # The first reading of a minute wins: a 15 s scrape leaves one history row per minute.
             seen.add(r[0])
             history.append((r[0], minute_value, r.sm_active, r.fb_used_mib, r.temperature_c, r.power_w))
@@ -181,11 +183,7 @@ def _upsert_sql(rows: Sequence[ReadingRow], source: str, now: datetime, minute: 
                 cursor.executemany(_insert_sql(vendor, 1, update), values)
 
 
-if [*ReadingRow._fields[:3], "at", "source", *ReadingRow._fields[3:]] != _LATEST_COLUMNS[:2] + _LATEST_FIELDS:
-    raise RuntimeError("ReadingRow's fields are not in _LATEST_COLUMNS' order (_upsert_sql builds rows by slice)")
-
-
-def _upsert_orm(rows: Sequence[ReadingRow], source: str, now: datetime, minute: datetime) -> None:
+def _upsert_orm(rows: Sequence[ReadingRow], source: str, now: datetime, minute: datetime | None) -> None:
     latest = [
         GpuReading(
             gpu_id=r.gpu_id, mig_instance_id=r.mig_instance_id, mig_profile=r.mig_profile, at=now, source=source,
@@ -200,7 +198,7 @@ def _upsert_orm(rows: Sequence[ReadingRow], source: str, now: datetime, minute: 
         GpuReadingMinute(gpu_id=r.gpu_id, minute=minute, sm_active=r.sm_active, fb_used_mib=r.fb_used_mib,
                          temperature_c=r.temperature_c, power_w=r.power_w)
         for r in rows
-        if r.mig_instance_id == WHOLE_GPU
+        if minute is not None and r.mig_instance_id == WHOLE_GPU
     ]
     GpuReading.objects.bulk_create(
         latest, update_conflicts=True, unique_fields=["gpu", "mig_instance_id"], update_fields=_LATEST_FIELDS

@@ -40,7 +40,7 @@ def workloads_watchdog(*, now: datetime) -> WatchdogOutcome:
     running = list(Workload.objects.filter(state=WorkloadState.RUNNING)
                    .annotate(progress_at=Coalesce("last_progress_at", "started_at")).exclude(progress_at=None)
                    .values_list("pk", "name", "progress_at"))
-    views = [policy.RunningWorkload(str(pk), last, flags[pk].first_seen if pk in flags else None)
+    views = [policy.WorkloadProgress(str(pk), last, flags[pk].first_seen if pk in flags else None)
              for pk, _name, last in running]
     result = policy.watchdog(views, now, stale_after_s=stale_after)
     names = {pk: (name, last) for pk, name, last in running}

@@ -139,3 +139,26 @@ def test_ingest_dcgm_stores_without_dry_run_and_fails_in_one_line_for_an_unknown
     bad.write_text("garbage {{{\n")
     with pytest.raises(CommandError, match="DCGM exposition line 1"):
         call_command("ingest_dcgm", str(bad), "--node", "t4")
+
+
+XID_SERIES = 'DCGM_EXP_XID_ERRORS_COUNT{gpu="0",UUID="GPU-bad",window_size_in_ms="300000",xid="79"} 2\n'
+XID_FIELD = 'DCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-bad",err_code="79",err_msg="GPU has fallen off the bus"} 79\n'
+
+
+@pytest.mark.parametrize("line", [XID_SERIES, XID_FIELD], ids=["xid-labelled series", "DCGM_FI_DEV_XID_ERRORS"])
+def test_an_xid_named_by_a_series_label_remediates_like_the_xid_field(db, line):
+    flavor = GpuFlavor.objects.create(name="f", product="p", memory_mib=1)
+    node = Node.objects.create(name="n9", rack=Rack.objects.create(name="r9"), flavor=flavor)
+    Gpu.objects.create(node=node, uuid="GPU-bad", index=0, product="p", memory_mib=1)
+    text = 'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-bad"} 50\n' + line
+
+    outcome = dcgm_ingest(node=node, text=text)
+    again = dcgm_ingest(node=node, text=text.replace("} 2\n", "} 3\n"))  # the window's count grows
+
+    event = HealthEvent.objects.get()
+    assert (event.kind, event.xid, event.gpu.uuid) == ("xid", 79, "GPU-bad")
+    assert [e.pk for e in outcome.signals.created] == [event.pk] and again.signals.created == []
+    node.refresh_from_db()
+    assert node.state == "in_repair"  # Xid 79: the catalog reboots the node (cordon, stop, ticket)
+    assert Gpu.objects.get(uuid="GPU-bad").health == "unhealthy"
+    assert GpuReading.objects.get(gpu__uuid="GPU-bad").temperature_c == 50

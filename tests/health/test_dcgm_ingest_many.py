@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.test.utils import CaptureQueriesContext
 
 from fleet.choices import NodeState
@@ -128,7 +128,6 @@ def test_a_failing_batch_transaction_falls_back_to_one_node_at_a_time(nodes, mon
 
     def store_failing_for_node_1(*, rows, source, now):
         if any(row.gpu_id in bad for row in rows):
-            from django.db import DatabaseError
             raise DatabaseError("simulated: a row of node m1 breaks the statement")
         return real_store(rows=rows, source=source, now=now)
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from health.core.dcgm import HEALTH_FAIL, GpuReading, is_blank, parse_exposition
+from health.core.dcgm import HEALTH_FAIL, DcgmSample, is_blank, parse_exposition
 
 
 def read(dcgm_dir, name: str) -> str:
@@ -109,7 +109,11 @@ def test_synthetic_dump_fills_every_named_field():
     assert gpu1.temperature_c is None  # int32 NOT_SUPPORTED sentinel
     assert (gpu1.power_w, gpu1.ecc_dbe_volatile, gpu1.row_remap_failure, gpu1.row_remap_pending) == (455.5, 2, 1, 0)
     assert (gpu1.xid_last, gpu1.xid_count, gpu1.health_status) == (79, 3, HEALTH_FAIL)
-    assert gpu1.metrics["DCGM_EXP_XID_ERRORS_TOTAL"] == 3
+    # Each Xid's series stays apart; an Xid's count is the largest any of its series reports.
+    assert gpu1.metrics['DCGM_EXP_XID_ERRORS_TOTAL{xid="79"}'] == 3
+    counts = gpu1.metrics['DCGM_EXP_XID_ERRORS_COUNT{xid="79"}'], gpu1.metrics['DCGM_EXP_XID_ERRORS_COUNT{xid="48"}']
+    assert counts == (2, 1)
+    assert gpu1.xids == {79: 3, 48: 1} and gpu0.xids == {}
     assert gpu1.pci_bus_id == "0000:2b:00"
 
 
@@ -134,7 +138,7 @@ def test_labels_that_only_some_rows_carry_are_kept():
 def test_bytes_and_empty_input():
     assert parse_exposition(b"") == []
     (gpu,) = parse_exposition(b'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-b"} 33\n')
-    assert isinstance(gpu, GpuReading) and gpu.temperature_c == 33.0
+    assert isinstance(gpu, DcgmSample) and gpu.temperature_c == 33.0
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from health.core.dcgm import GpuReading
+from health.core.dcgm import DcgmSample
 from health.core.kernel_log import parse_lines
 from health.core.policy import (
     AnnotateWorkload,
@@ -17,9 +17,9 @@ from health.core.policy import (
     PolicyContext,
     Quarantine,
     Requeue,
-    RunningWorkload,
     SignalKind,
     StopGangsOnNode,
+    WorkloadProgress,
     WorkloadRef,
     collapse,
     decide,
@@ -170,27 +170,27 @@ def test_gpu_mapping_events_are_not_signals():
 
 
 def test_level_signals_from_a_dcgm_reading_dedupe_across_scrapes():
-    reading = GpuReading(uuid="GPU-9", gpu_index=0, hostname="n9", ecc_dbe_volatile=2, row_remap_failure=1,
+    reading = DcgmSample(uuid="GPU-9", gpu_index=0, hostname="n9", ecc_dbe_volatile=2, row_remap_failure=1,
                          row_remap_pending=1, health_status=10, xid_last=48)
     first = signals_from_reading(reading, node="n9")
     again = signals_from_reading(reading, node="n9")
     assert [s.kind for s in first] == ["ecc_dbe", "row_remap_failure", "row_remap_pending", "dcgm_health", "xid"]
     assert [s.dedup_key for s in first] == [s.dedup_key for s in again]
     assert first[3].severity == "warning" and first[4].action is Action.RESET_GPU
-    assert signals_from_reading(GpuReading(uuid="GPU-9", gpu_index=0, hostname="n9", xid_last=0), node="n9") == []
+    assert signals_from_reading(DcgmSample(uuid="GPU-9", gpu_index=0, hostname="n9", xid_last=0), node="n9") == []
 
 
 def test_watchdog_flags_first_and_requeues_on_a_later_check():
     last = NOW - timedelta(seconds=1000)
-    first = watchdog([RunningWorkload("w", last), RunningWorkload("ok", NOW - timedelta(seconds=10))], NOW)
+    first = watchdog([WorkloadProgress("w", last), WorkloadProgress("ok", NOW - timedelta(seconds=10))], NOW)
     assert (first.flag, first.requeue, first.clear) == (("w",), (), ())
-    later = watchdog([RunningWorkload("w", last, flagged_at=NOW)], NOW + timedelta(seconds=60))
+    later = watchdog([WorkloadProgress("w", last, flagged_at=NOW)], NOW + timedelta(seconds=60))
     assert (later.flag, later.requeue) == ((), ("w",))
-    progressed = RunningWorkload("w", NOW + timedelta(seconds=30), flagged_at=NOW)
+    progressed = WorkloadProgress("w", NOW + timedelta(seconds=30), flagged_at=NOW)
     recovered = watchdog([progressed], NOW + timedelta(seconds=60))
     assert (recovered.flag, recovered.requeue, recovered.clear) == ((), (), ("w",))
     # Flagged in an earlier stale period, then progressed, then stale again: flag anew, do not requeue.
-    again = watchdog([RunningWorkload("w", NOW, flagged_at=NOW - timedelta(hours=1))], NOW + timedelta(seconds=901))
+    again = watchdog([WorkloadProgress("w", NOW, flagged_at=NOW - timedelta(hours=1))], NOW + timedelta(seconds=901))
     assert (again.flag, again.requeue) == (("w",), ())
 
 
