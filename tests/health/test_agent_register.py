@@ -80,3 +80,21 @@ def test_a_board_another_node_holds_is_a_400_naming_the_gpus(n1):
 
     assert response.status_code == 400 and "gpus" in response.json()["extra"]
     assert Gpu.objects.get(uuid="GPU-H100-SXM-80GB-2-0").node.name == "n2"
+
+
+@pytest.mark.parametrize(("second", "message"), [
+    ({"index": 0, "uuid": "GPU-other"}, "two GPUs at index 0"),
+    ({"index": 1, "uuid": "GPU-H100-SXM-80GB-1-0"}, "listed twice"),
+    ({"index": 30000, "uuid": "GPU-other"}, "has index 30000"),
+], ids=["two boards in one slot", "one board in two slots", "an index past the slots"])
+def test_an_inventory_that_cannot_be_true_is_a_400_naming_the_gpus_and_changes_nothing(n1, second, message):
+    gpu = {"index": 0, "uuid": ORIGINAL, "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559,
+           "pci_bus_id": "0000:1a:00"}
+    before = list(Gpu.objects.filter(node__name="n1").order_by("pk").values_list("uuid", "index", "pci_bus_id"))
+    response = n1.post("/api/v1/agent/register/", {
+        "schema": 1, "node": "n1", "hostname": "n1.lab", "agent_version": "0.1", "driver_version": None,
+        "sent_at": "2026-11-02T09:00:00Z", "gpus": [gpu, {**gpu, **second}],
+    }, format="json")
+
+    assert response.status_code == 400 and message in response.json()["extra"]["gpus"][0]
+    assert list(Gpu.objects.filter(node__name="n1").order_by("pk").values_list("uuid", "index", "pci_bus_id")) == before
