@@ -12,6 +12,7 @@ api_v1 = [
     path("", include("health.api.urls")),
     path("", include("integrations.prometheus.urls")),
     path("", include("accounts.api_urls")),
+    path("", include("console.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

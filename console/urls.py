@@ -1,10 +1,13 @@
 from django.urls import path
 
 from . import views
+from .audit import views as audit_views
 
 app_name = "console"
 urlpatterns = [
     path("", views.overview, name="overview"),
+    path("audit/", audit_views.audit_page, name="audit"),
+    path("audit.csv", audit_views.audit_csv, name="audit-csv"),
     path("nodes/<str:name>/", views.node_page, name="node"),
     path("nodes/<str:name>/cordon/", views.node_action, {"action": "cordon"}, name="node-cordon"),
     path("nodes/<str:name>/rotate-token/", views.node_token_rotate_view, name="node-rotate-token"),
