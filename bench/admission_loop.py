@@ -22,9 +22,10 @@ are converted back to the fixture's scale.
 
 Rounds run as the Celery worker runs them: when a service asks for one (a submission, a
 finished job, a round that admitted from a queue's whole considered head: the services'
-placement_round_trigger, without its half-second debounce) or when PLACEMENT_ROUND_SECONDS of
-the product's clock have passed since the last (the beat's periodic round). An executor tick
-runs every iteration.
+round_request, without its half-second debounce) or when PLACEMENT_ROUND_SECONDS of
+the product's clock have passed since the last (the beat's periodic round); like the round
+task, each round is followed by an executor tick that starts what it admitted. An executor
+tick (the beat's) also runs every iteration.
 
 Modes (--mode):
 - concurrent (default): real time S x faster than the fixture (--speedup, 4). Submissions come
@@ -250,8 +251,8 @@ class BulkSubmitter:
         from core.bulk import insert_rows
         from scheduling.choices import WorkloadState
         from scheduling.models import PodSet, Workload
+        from scheduling.services.round_requests import round_request_on_commit
         from scheduling.services.transitions import transitions_record_bulk
-        from scheduling.services.workloads import round_trigger_on_commit
 
         drafts = [self._draft(spec) for spec in specs]
         with transaction.atomic():
@@ -277,7 +278,7 @@ class BulkSubmitter:
                 verb="workload.submit",
                 entries=[(w, None, {"spec": spec}) for w, spec in zip(workloads, specs, strict=True)],
             )
-            round_trigger_on_commit()
+            round_request_on_commit()
 
 
 # --- the loop -------------------------------------------------------------------------------
@@ -334,7 +335,7 @@ class Outcome:
 
 
 class RoundTrigger:
-    """Stands in for scheduling.tasks.placement_round_trigger: the services ask for a round
+    """Stands in for scheduling.services.round_requests.round_request: the services ask for a round
     (a submission, a finished job, a round that left a queue's head unseen) and the loop running
     the rounds takes the request. A multiprocessing Event, so the submitting process can ask too;
     a request made after a round's snapshot was read is taken by the next iteration."""
@@ -393,19 +394,23 @@ class _Run:
         return next_due
 
     def schedule(self) -> None:
-        """One executor tick, then a placement round if one was asked for or the periodic one is
-        due (as the Celery worker runs them), each at the clock's time when it starts."""
+        """One executor tick (the beat's), then, if one was asked for or the periodic one is due,
+        the round task as the Celery worker runs it: a placement round and an executor tick that
+        starts what it admitted; each at the clock's time when it starts."""
         from scheduling.services import executor_tick, placement_round_run
 
         t1 = time.perf_counter()
         self.finished += executor_tick(now=self.clock()).finished
         t2 = time.perf_counter()
         now = self.clock()
+        t3 = t2
         if self.trigger.take() or self.last_round is None or now - self.last_round >= self.period:
             self.last_round = now
             self.admitted += len(placement_round_run(actor=self.scheduler, now=now).admitted)
-        t3 = time.perf_counter()
-        self.tick_s, self.round_s = self.tick_s + t2 - t1, self.round_s + t3 - t2
+            t3 = time.perf_counter()
+            self.finished += executor_tick(now=self.clock()).finished
+        t4 = time.perf_counter()
+        self.tick_s, self.round_s = self.tick_s + (t2 - t1) + (t4 - t3), self.round_s + t3 - t2
         self.ticks += 1
 
 
@@ -529,15 +534,15 @@ class _patched:
 
 
 def _round_trigger():
-    import scheduling.tasks
+    import scheduling.services.round_requests
 
-    return scheduling.tasks.placement_round_trigger
+    return scheduling.services.round_requests.round_request
 
 
 def _set_round_trigger(fn) -> None:
-    import scheduling.tasks
+    import scheduling.services.round_requests
 
-    scheduling.tasks.placement_round_trigger = fn
+    scheduling.services.round_requests.round_request = fn
 
 
 def _measure(fx, total, ticks, wall, submit_s, tick_s, round_s, slow, max_tick, admitted) -> Outcome:

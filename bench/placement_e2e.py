@@ -166,7 +166,7 @@ def run(snapshot: Snapshot, *, keep: bool = False) -> int:
                 f"      load {r.load_ms:,.0f} ms + core {r.compute_ms:,.0f} ms + commit {r.commit_ms:,.0f} ms "
                 f"= {core_s:.2f} s  -> {rate:,.0f} placements/s (target >= 500/s, round < 10 s)"
             )
-            print(f"      follow-up (pending reasons, executor starts): {r.followup_ms:,.0f} ms")
+            print(f"      follow-up (pending reasons): {r.followup_ms:,.0f} ms")
         return 0
     finally:
         from django.db import connections

@@ -21,7 +21,7 @@ from django.contrib.auth.models import User
 from core.actors import Actor
 from demo.fleet import A100_FLAVOR, H100_FLAVOR, L40S_FLAVOR
 from scheduling.models import Workload
-from scheduling.services import placement_round_run, workload_submit
+from scheduling.services import executor_tick, placement_round_run, workload_submit
 
 HOUR = 3600
 # Young's approximation for train-A (2-minute checkpoint, 10 h MTBF) gives ~49 min: the seed
@@ -123,6 +123,7 @@ def load() -> WorkloadsResult:
         result.submitted.append(spec["name"])
     if result.submitted:
         report = placement_round_run(actor=Actor.automation("demo"))
+        executor_tick()  # starts what the round admitted, as the round's Celery task does
         result.admitted = [name for _id, name, _placements in report.admitted]
         result.pending = report.pending
     return result

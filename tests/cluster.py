@@ -74,6 +74,11 @@ def nodes_of(workload_id: int) -> list[str]:
 
 
 def run_round(clock: Clock | None = None):
-    from scheduling.services import placement_round_run
+    """A placement round, then an executor tick that starts what it admitted, as the round's
+    Celery task runs them; returns the round's report."""
+    from scheduling.services import executor_tick, placement_round_run
 
-    return placement_round_run(actor=Actor.automation("test"), now=clock.now if clock else None)
+    now = clock.now if clock else None
+    report = placement_round_run(actor=Actor.automation("test"), now=now)
+    executor_tick(now=now)
+    return report

@@ -55,16 +55,11 @@ class Executor(ABC):
 
     Every method may be called more than once for the same workload (Celery delivers at least
     once, rounds and ticks retry): implementations must be idempotent. start/stop are called
-    after the database transaction that decided them has committed, except for executors
-    with `starts_in_commit`."""
+    after the database transaction that decided them has committed."""
 
     kind: str = ""
     # True when start() returning means the job runs; otherwise poll() reports `running` later.
     starts_running: bool = False
-    # True when start() touches nothing outside the database (it only names the job): the
-    # round then starts the gang in the transaction that admits it, with no window between
-    # admission and start. Requires starts_running.
-    starts_in_commit: bool = False
 
     @abstractmethod
     def start(self, workload: Workload, placements: list[ReplicaAssignment]) -> str:

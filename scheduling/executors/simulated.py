@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 
 class SimulatedExecutor(Executor):
     starts_running = True
-    starts_in_commit = True
 
     def start(self, workload: Workload, placements: list[ReplicaAssignment]) -> str:
         # The requeue count makes each run's id distinct, as a real scheduler's job ids are.

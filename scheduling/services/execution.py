@@ -22,7 +22,7 @@ from scheduling.executors import ExecutorReport, ReplicaAssignment, StopRequest,
 from scheduling.models import Allocation, Preemption, Workload
 
 from .allocation import chunked
-from .bulk import by_ids, rows_update
+from .bulk import rows_update
 from .transitions import transitions_record_bulk, workload_transition
 from .workloads import (
     Finish,
@@ -94,19 +94,13 @@ def _assignments(workload_ids: list[int]) -> tuple[dict[int, list[ReplicaAssignm
     return out, kinds
 
 
-def workloads_start(
-    *, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None, workload_ids: list[int] | None = None
-) -> int:
+def workloads_start(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None) -> int:
     """Hand admitted, not yet started workloads to their node pool's executor.
 
     Executors whose start means running (the simulated one) move them to running at once;
     the others report `running` from poll(). Returns how many were started."""
     now = now or timezone.now()
-    waiting = Workload.objects.filter(state=WorkloadState.ADMITTED, executor="")
-    if workload_ids is None:
-        workloads = list(waiting)
-    else:
-        workloads = [w for part in by_ids(waiting, sorted(workload_ids)) for w in part]
+    workloads = list(Workload.objects.filter(state=WorkloadState.ADMITTED, executor=""))
     if not workloads:
         return 0
     assignments, kinds = _assignments([w.pk for w in workloads])
@@ -147,19 +141,13 @@ def _start_group(kind: str, group: list[Workload], assignments, actor: Actor, no
                 fields=["executor", "executor_job_id", "state", "started_at", "last_progress_at"],
                 rows={pk: (*job_ids[pk], WorkloadState.RUNNING, now, now) for pk in ids},
             )
-            started_record(ids, kind, actor)
+            transitions_record_bulk(
+                changes=[(pk, WorkloadState.ADMITTED) for pk in ids],
+                to_state=WorkloadState.RUNNING,
+                reason=f"started by the {kind} executor",
+                actor=actor,
+            )
     return len(ids)
-
-
-def started_record(workload_ids: list[int], kind: str, actor: Actor) -> None:
-    """The admitted → running transitions of gangs an executor that starts running has started
-    (here, or in the round's commit for executors with starts_in_commit)."""
-    transitions_record_bulk(
-        changes=[(pk, WorkloadState.ADMITTED) for pk in workload_ids],
-        to_state=WorkloadState.RUNNING,
-        reason=f"started by the {kind} executor",
-        actor=actor,
-    )
 
 
 def _open_stops() -> dict[int, StopRequest]:

@@ -7,17 +7,16 @@ Phases (each one's duration is logged and kept on the PlacementRound row):
    lock (an advisory lock on PostgreSQL, the SchedulerLock row everywhere), claims the admitted
    workloads under row locks and re-checks their GPUs (allocation.allocations_claim): a
    decision whose GPUs were taken meanwhile is dropped whole, the workload stays pending.
-   Gangs on a node pool whose executor starts in the commit (the simulated one) start here.
-   Preemptions start here (victim → preempting, Preemption row with the grace deadline) and
-   reservations are saved;
-4. follow-up, after commit: the other admitted gangs are handed to their executors, pending
-   reasons are written, victims are asked to stop gracefully (on commit), and victims past
-   their deadline are stopped hard and requeued; their GPUs go to the preemptor next round.
+   The placed gangs become admitted, preemptions start (victim -> preempting, Preemption row
+   with the grace deadline, the victim asked to stop on commit), reservations are saved and
+   the round's audit row is written;
+4. reasons, after commit: every still-waiting workload's pending reason and message.
    A round that admitted from a queue whose whole considered head (ROUND_QUEUE_DEPTH) it saw
    asks for the next round at once: what waits behind that head was not looked at yet.
 
-A crash anywhere before phase 3 commits leaves nothing behind; phase 4 is idempotent and
-also runs in every executor tick."""
+Starting the admitted gangs and enforcing preemption deadlines belong to the executor tick
+(services.execution.executor_tick), which the round's Celery task runs right after the round.
+A crash anywhere before phase 3 commits leaves nothing behind; phase 4 is idempotent."""
 
 from __future__ import annotations
 
@@ -36,14 +35,14 @@ from core.audit import audit_record
 from scheduling.choices import WorkloadState
 from scheduling.engine import schedule
 from scheduling.engine.types import Admit, RoundResult, WorkloadSpec
-from scheduling.executors import Executor, ReplicaAssignment, executor_for_kind
 from scheduling.models import PlacementRound, SchedulerLock, Workload
 from scheduling.snapshot import SnapshotIndex, placements_to_json, snapshot_load
 
 from .allocation import AllocationRow, GangClaim, allocations_claim
 from .bulk import by_ids, rows_update
+from .round_requests import round_request_on_commit
 from .transitions import WAITING, transitions_record_bulk
-from .workloads import round_trigger_on_commit, workload_preempt
+from .workloads import workload_preempt
 
 log = logging.getLogger(__name__)
 ROUND_LOCK = "placement-round"
@@ -62,9 +61,8 @@ class RoundReport:
     dropped: list[int] = field(default_factory=list)
     preempted: list[tuple[int, int, str]] = field(default_factory=list)  # victim, preemptor, reason
     pending: int = 0
-    stopped_hard: int = 0
     result: RoundResult | None = None
-    started_in_commit: set[int] = field(default_factory=set)  # by executors with starts_in_commit
+    reasons_ms: float = 0.0  # phase 4, inside round_commit
 
 
 def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundReport:
@@ -77,22 +75,20 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundRe
     result = schedule(snapshot)  # phase 2
     t2 = time.perf_counter()
     # The decisions are as of the snapshot (`now`); what is written is stamped when it happens,
-    # so a slow round does not date admissions and starts back to before they took place.
-    report = round_commit(result=result, index=index, actor=actor, now=max(now, timezone.now()))  # phase 3
+    # so a slow round does not date admissions back to before they took place.
+    report = round_commit(result=result, index=index, actor=actor, now=max(now, timezone.now()))  # phases 3, 4
     t3 = time.perf_counter()
     if not report.skipped:
-        report.stopped_hard = _follow_up(report, result, actor, max(now, timezone.now()), index)  # phase 4
-        # Every waiting workload, also those beyond ROUND_QUEUE_DEPTH that the round did not
-        # load; counted after the admitted gangs have started.
+        # Every waiting workload, also those beyond ROUND_QUEUE_DEPTH that the round did not load.
         report.pending = Workload.objects.filter(state__in=WAITING).count()
         if _heads_cut_short(snapshot.pending, {a[0] for a in report.admitted}):
-            round_trigger_on_commit()
+            round_request_on_commit()
     t4 = time.perf_counter()
     timings = {
         "load_ms": (t1 - t0) * 1e3,
         "compute_ms": (t2 - t1) * 1e3,
-        "commit_ms": (t3 - t2) * 1e3,
-        "followup_ms": (t4 - t3) * 1e3,
+        "commit_ms": (t3 - t2) * 1e3 - report.reasons_ms,
+        "followup_ms": report.reasons_ms + (t4 - t3) * 1e3,
         "total_ms": (t4 - t0) * 1e3,
     }
     report.round = PlacementRound.objects.create(
@@ -103,7 +99,6 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundRe
         admitted=len(report.admitted),
         dropped=len(report.dropped),
         preempted=len(report.preempted),
-        stopped_hard=report.stopped_hard,
         **timings,
     )
     if report.round.pk % 500 == 0:  # amortised pruning: one round in 500 trims the history
@@ -179,7 +174,17 @@ def _claims(
 
 
 def round_commit(*, result: RoundResult, index: SnapshotIndex, actor: Actor, now: datetime) -> RoundReport:
-    """Phase 3: apply a round's decisions in one transaction, or nothing at all."""
+    """Phases 3 and 4: apply a round's decisions in one transaction (or nothing at all), then
+    write the waiting workloads' reasons. A round that lost the lock (skipped) writes neither."""
+    report = _decisions_commit(result, index, actor, now)
+    if not report.skipped:
+        t0 = time.perf_counter()
+        pending_info_save(result, loaded=index.pending_info)
+        report.reasons_ms = (time.perf_counter() - t0) * 1e3
+    return report
+
+
+def _decisions_commit(result: RoundResult, index: SnapshotIndex, actor: Actor, now: datetime) -> RoundReport:
     report = RoundReport(round=None, result=result, pending=len(result.pending))
     if not (result.admitted or result.preemptions or result.reservations or index.reserved):
         # Nothing to admit, preempt or reserve, and nothing reserved to drop: a round at rest
@@ -196,7 +201,7 @@ def round_commit(*, result: RoundResult, index: SnapshotIndex, actor: Actor, now
         claims, stale = _claims(result.admitted, index, waiting)
         placed, dropped = allocations_claim(claims=claims, now=now)
         by_id = {a.workload_id: a for a in result.admitted}
-        report.started_in_commit = _mark_admitted(placed, waiting, by_id, index, actor, now)
+        _mark_admitted(placed, waiting, by_id, actor, now)
         report.dropped = stale + dropped
         report.admitted = [(wid, index.names.get(wid, ""), placements_to_json(by_id[wid].placements)) for wid in placed]
         report.preempted = _start_preemptions(result, actor, now)
@@ -228,48 +233,27 @@ ADMITTED_FIELDS = [
     "pending_message",
     "reserved_placements",
     "borrowed",
-    "executor",
-    "executor_job_id",
-    "started_at",
-    "last_progress_at",
 ]
 
 
 def _mark_admitted(
-    placed: list[int],
-    waiting: dict[int, Workload],
-    by_id: dict[int, Admit],
-    index: SnapshotIndex,
-    actor: Actor,
-    now: datetime,
-) -> set[int]:
-    """The placed workloads become admitted, in one statement; those on a node pool whose
-    executor starts in the commit (starts_in_commit) become running at once. Returns the
-    ids started here: each row is written once, and every row version costs an entry in each
-    of the table's indexes."""
+    placed: list[int], waiting: dict[int, Workload], by_id: dict[int, Admit], actor: Actor, now: datetime
+) -> None:
+    """The placed workloads become admitted, in one statement; the executor tick starts them."""
     if not placed:
-        return set()
-    rows: dict[int, tuple] = {}
-    started: dict[str, list[int]] = {}
-    for wid in placed:
-        w, admit = waiting[wid], by_id[wid]
-        executor = _in_commit_executor(index.node_executor.get(admit.placements[0].node, ""))
-        job_id = executor.start(w, _assignments(admit)) if executor else ""
-        if executor:
-            started.setdefault(executor.kind, []).append(wid)
-        rows[wid] = (
-            WorkloadState.RUNNING if executor else WorkloadState.ADMITTED,
+        return
+    rows = {
+        wid: (
+            WorkloadState.ADMITTED,
             now,
-            now - (w.queued_at or w.submitted_at),
+            now - (waiting[wid].queued_at or waiting[wid].submitted_at),
             "",
             "",
             [],
-            admit.borrowed or {},
-            executor.kind if executor else w.executor,
-            job_id or w.executor_job_id,
-            now if executor else w.started_at,
-            now if executor else w.last_progress_at,
+            by_id[wid].borrowed or {},
         )
+        for wid in placed
+    }
     rows_update(model=Workload, fields=ADMITTED_FIELDS, rows=rows)
     transitions_record_bulk(
         changes=[(wid, waiting[wid].state) for wid in placed],
@@ -277,33 +261,6 @@ def _mark_admitted(
         reason="placed by the placement round",
         actor=actor,
     )
-    from .execution import EXECUTOR_ACTOR, started_record
-
-    for kind, wids in started.items():
-        started_record(wids, kind, EXECUTOR_ACTOR)  # the executor started them, as after the commit
-    return {wid for wids in started.values() for wid in wids}
-
-
-def _in_commit_executor(kind: str) -> Executor | None:
-    try:
-        executor = executor_for_kind(kind)
-    except LookupError:
-        return None  # the follow-up logs it and leaves the gang admitted
-    return executor if executor.starts_in_commit else None
-
-
-def _assignments(admit: Admit) -> list[ReplicaAssignment]:
-    return [
-        ReplicaAssignment(
-            pod_set=p.pod_set,
-            replica=p.replica,
-            node=p.node,
-            gpus=tuple(sorted(g.index for g in p.gpus)),
-            milli=p.gpus[0].milli if p.gpus else 1000,
-            mig_instances=tuple(g.mig_instance for g in p.gpus if g.mig_instance),
-        )
-        for p in sorted(admit.placements, key=lambda p: (p.pod_set, p.replica, p.node))
-    ]
 
 
 def _start_preemptions(result: RoundResult, actor: Actor, now: datetime) -> list[tuple[int, int, str]]:
@@ -371,17 +328,3 @@ def pending_info_save(result: RoundResult, *, loaded: dict[int, tuple] | None = 
             rows=changed,
             states=WAITING,
         )
-
-
-def _follow_up(report: RoundReport, result: RoundResult, actor: Actor, now: datetime, index: SnapshotIndex) -> int:
-    from .execution import EXECUTOR_ACTOR, preemption_deadlines_enforce, workloads_start
-
-    # The admitted gangs start first: their GPUs are held from the commit on, and the waiting
-    # ones' reasons can be written while they run.
-    workloads_start(
-        actor=EXECUTOR_ACTOR,
-        now=now,
-        workload_ids=[a[0] for a in report.admitted if a[0] not in report.started_in_commit],
-    )
-    pending_info_save(result, loaded=index.pending_info)
-    return preemption_deadlines_enforce(actor=actor, now=now)

@@ -24,22 +24,12 @@ from scheduling.models import Allocation, PodSet, Preemption, Workload
 
 from .allocation import allocations_release
 from .bulk import by_ids, rows_update
+from .round_requests import round_request_on_commit
 from .specs import parse_spec
 from .transitions import transitions_record_bulk, workload_transition
 
 log = logging.getLogger(__name__)
 CLOCK_SKEW = timedelta(minutes=2)
-
-
-def round_trigger_on_commit() -> None:
-    """Ask for a placement round soon after this transaction commits (debounced)."""
-
-    def trigger() -> None:
-        from scheduling.tasks import placement_round_trigger
-
-        placement_round_trigger()
-
-    transaction.on_commit(trigger)
 
 
 def _user_of(actor: Actor):
@@ -67,7 +57,7 @@ def workload_submit(*, spec: dict, actor: Actor, now: datetime | None = None) ->
             workload=workload, from_state="", to_state=WorkloadState.PENDING, reason="submitted", actor=actor.label
         )
         audit_record(actor=actor, verb="workload.submit", target=workload, after={"spec": spec})
-        round_trigger_on_commit()
+        round_request_on_commit()
     return workload
 
 
@@ -103,7 +93,7 @@ def workload_cancel(*, workload: Workload, actor: Actor, reason: str = "", now: 
         )
         if stop is not None:
             stop("stop_hard")
-        round_trigger_on_commit()
+        round_request_on_commit()
     return workload
 
 
@@ -194,7 +184,7 @@ def workload_finish(
             before={"state": before},
             after={"state": to_state},
         )
-        round_trigger_on_commit()
+        round_request_on_commit()
     return True
 
 
@@ -258,7 +248,7 @@ def workloads_finish(*, finishes: list[Finish], actor: Actor, now: datetime | No
                 reason=reason,
                 entries=[(wanted[pk].workload, {"state": before[pk]}, {"state": to_state}) for pk in pks],
             )
-        round_trigger_on_commit()
+        round_request_on_commit()
     return ids
 
 
@@ -306,7 +296,7 @@ def workload_stop_gang(
             stop("stop_graceful", grace_seconds)
         else:
             stop("stop_hard")
-        round_trigger_on_commit()
+        round_request_on_commit()
     return outcome
 
 
@@ -370,7 +360,7 @@ def workload_preemption_finish(
         )
         if hard:
             stop("stop_hard")
-        round_trigger_on_commit()
+        round_request_on_commit()
     return outcome
 
 

@@ -110,7 +110,7 @@ def test_rounds_fired_at_once_by_two_workers_never_double_allocate(
     from config.celery import app
     from scheduling.tasks import placement_round_task
 
-    monkeypatch.setattr("scheduling.tasks.placement_round_trigger", lambda: None)
+    monkeypatch.setattr("scheduling.services.round_requests.round_request", lambda: None)
     queue = f"race-{uuid.uuid4().hex[:8]}"
     workers = _start_workers(settings, require_redis, queue, tmp_path)
     rng = random.Random(7)

@@ -122,27 +122,25 @@ def test_another_executor_registers_with_one_line_and_gets_the_gangs_of_its_pool
             base._instances.pop("slurm", None)
 
 
-def test_the_simulated_executor_starts_a_gang_in_the_transaction_that_admits_it(research_queue, clock):
-    from scheduling.engine import schedule
+def test_a_gang_admitted_by_the_round_task_is_started_by_the_executor_in_the_same_run(research_queue, clock):
     from scheduling.models import WorkloadTransition
-    from scheduling.services.rounds import round_commit
-    from scheduling.snapshot import snapshot_load
+    from scheduling.tasks import placement_round_task
 
     w = workload_submit(spec=training("t", 16), actor=HEALTH)
     clock.advance(30)
-    snapshot, index = snapshot_load(now=clock.now)
 
-    report = round_commit(result=schedule(snapshot), index=index, actor=HEALTH, now=clock.now)
+    outcome = placement_round_task()
 
-    # Running when the commit returns, before any follow-up or tick: no admitted-not-started window.
-    assert report.started_in_commit == {w.pk}
+    # Running when the task returns: the round admitted it and the task's executor tick started it.
+    assert (outcome["admitted"], outcome["started"]) == (1, 1)
     w.refresh_from_db()
     assert (w.state, w.executor, w.executor_job_id) == (WorkloadState.RUNNING, "simulated", f"sim-{w.pk}-0")
     assert w.admitted_at == w.started_at == w.last_progress_at == clock.now
     assert w.time_to_bind == timedelta(seconds=30)
     trail = WorkloadTransition.objects.filter(workload=w).order_by("id").values_list("to_state", "reason", "actor")
-    assert list(trail)[1:] == [
-        ("admitted", "placed by the placement round", HEALTH.label),
+    assert list(trail) == [
+        ("pending", "submitted", HEALTH.label),
+        ("admitted", "placed by the placement round", "automation:scheduler"),
         ("running", "started by the simulated executor", "automation:executor"),
     ]
     assert _held(w) == 16
@@ -165,9 +163,10 @@ def test_a_burst_of_submissions_and_a_finish_each_trigger_one_debounced_round(
     from django.core.cache import cache
 
     from scheduling import tasks
+    from scheduling.services import round_requests
 
     settings.REDIS_URL = ""  # the debounce falls back to the shared Django cache
-    cache.delete(tasks.DEBOUNCE_KEY)
+    cache.delete(round_requests.DEBOUNCE_KEY)
     sent: list[dict] = []
     monkeypatch.setattr(tasks.placement_round_task, "apply_async", lambda **kw: sent.append(kw))
     ops = Actor.automation("test")
@@ -175,9 +174,9 @@ def test_a_burst_of_submissions_and_a_finish_each_trigger_one_debounced_round(
         first = workload_submit(spec=training("a", 8), actor=ops)
         workload_submit(spec=training("b", 8), actor=ops)
         workload_submit(spec=training("c", 8), actor=ops)
-    assert len(sent) == 1 and sent[0]["countdown"] == tasks.DEBOUNCE_SECONDS
+    assert len(sent) == 1 and sent[0]["countdown"] == round_requests.DEBOUNCE_SECONDS
 
-    cache.delete(tasks.DEBOUNCE_KEY)  # the debounce window has passed
+    cache.delete(round_requests.DEBOUNCE_KEY)  # the debounce window has passed
     with django_capture_on_commit_callbacks(execute=True):
         workload_cancel(workload=first, actor=ops)
     assert len(sent) == 2

@@ -220,7 +220,7 @@ def test_a_round_that_admits_from_a_full_queue_head_asks_for_the_next_round_at_o
     settings.FLEETDECK = {**settings.FLEETDECK, "ROUND_QUEUE_DEPTH": 2}
     jobs = [_submit(training(f"job-{i}", 4, priority="research-batch")) for i in range(3)]
     asked = []
-    monkeypatch.setattr("scheduling.tasks.placement_round_trigger", lambda: asked.append(clock.now))
+    monkeypatch.setattr("scheduling.services.round_requests.round_request", lambda: asked.append(clock.now))
 
     # The round sees the queue's first two and admits both: the third was never looked at,
     # though it fits, so the round asks for another instead of leaving it to the periodic one.
