@@ -1,8 +1,12 @@
-"""A fluent builder for engine snapshots, and small readers for round results."""
+"""A fluent builder for engine snapshots, small readers for round results, and the table case."""
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
+import pytest
+
+from scheduling.engine import SchedulerConfig, schedule
 from scheduling.engine.types import (
     WHOLE,
     Admit,
@@ -10,7 +14,9 @@ from scheduling.engine.types import (
     GpuView,
     NodeView,
     Pending,
+    PendingReason,
     PodSetSpec,
+    PreemptionReason,
     QueueView,
     Quota,
     ReplicaPlacement,
@@ -138,3 +144,78 @@ def gpus_on(admit: Admit) -> dict[str, list[int]]:
     for p in admit.placements:
         out.setdefault(p.node, []).extend(a.index for a in p.gpus)
     return out
+
+
+# --- table cases -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of an engine table: a snapshot and the decisions the round must make for it.
+
+    Each want_* field is checked only when given (Kueue's want* fields); `check` carries the
+    rare assertion a table cannot express."""
+
+    snapshot: Snapshot
+    config: SchedulerConfig | None = None
+    want_admitted: list[int] | None = None  # admitted ids, in round order
+    want_not_admitted: tuple[int, ...] = ()
+    want_nodes: dict[int, list[str]] = field(default_factory=dict)  # nodes_of(admit)
+    want_gpus: dict[int, dict[str, list[int]]] = field(default_factory=dict)  # gpus_on(admit)
+    want_placements: dict[int, int] = field(default_factory=dict)  # replicas placed
+    want_borrowed: dict[int, dict[str, int]] = field(default_factory=dict)
+    want_waiting: list[int] | None = None  # pending ids, in the result's order
+    want_pending: dict[int, PendingReason] = field(default_factory=dict)  # reason per pending id
+    want_messages: dict[int, tuple[str, ...]] = field(default_factory=dict)  # fragments of the message
+    want_positions: dict[int, int] = field(default_factory=dict)
+    want_reserved_start: dict[int, float | None] = field(default_factory=dict)
+    want_victims: list[int] | None = None  # preempted ids, in any order
+    want_preemptions: list[tuple[int, int, PreemptionReason]] | None = None  # victim, preemptor, reason
+    want_reservations: dict[int, list[str]] | None = None  # carried preemption holds: nodes per owner
+    check: Callable[[RoundResult], None] | None = None
+
+    def verify(self, result: RoundResult) -> None:
+        got, waiting = admitted(result), pending(result)
+        if self.want_admitted is not None:
+            assert [a.workload_id for a in result.admitted] == self.want_admitted
+        for wid in self.want_not_admitted:
+            assert wid not in got
+        for wid, nodes in self.want_nodes.items():
+            assert nodes_of(got[wid]) == nodes
+        for wid, gpus in self.want_gpus.items():
+            assert gpus_on(got[wid]) == gpus
+        for wid, count in self.want_placements.items():
+            assert len(got[wid].placements) == count
+        for wid, borrowed in self.want_borrowed.items():
+            assert got[wid].borrowed == borrowed
+        if self.want_waiting is not None:
+            assert [p.workload_id for p in result.pending] == self.want_waiting
+        for wid, reason in self.want_pending.items():
+            assert waiting[wid].reason == reason
+        for wid, fragments in self.want_messages.items():
+            for fragment in fragments:
+                assert fragment in waiting[wid].message
+        for wid, position in self.want_positions.items():
+            assert waiting[wid].position == position
+        for wid, start in self.want_reserved_start.items():
+            assert waiting[wid].reserved_start == start
+        if self.want_victims is not None:
+            assert sorted(p.victim_id for p in result.preemptions) == sorted(self.want_victims)
+        if self.want_preemptions is not None:
+            assert [(p.victim_id, p.preemptor_id, p.reason) for p in result.preemptions] == self.want_preemptions
+        if self.want_reservations is not None:
+            assert {wid: [r.node for r in held] for wid, held in result.reservations.items()} == self.want_reservations
+        if self.check is not None:
+            self.check(result)
+
+
+def case(id: str, snapshot: Snapshot | SnapshotBuilder, **want: object) -> object:
+    """A pytest.param named by its sentence."""
+    snap = snapshot.build() if isinstance(snapshot, SnapshotBuilder) else snapshot
+    return pytest.param(Case(snap, **want), id=id)  # type: ignore[arg-type]
+
+
+def run(c: Case) -> RoundResult:
+    result = schedule(c.snapshot, c.config)
+    c.verify(result)
+    return result
