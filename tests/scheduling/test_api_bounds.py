@@ -4,11 +4,16 @@ Idempotency-Key queues one workload."""
 
 from __future__ import annotations
 
-import pytest
+import threading
 
+import pytest
+from django.db import connection
+
+from core.actors import Actor
 from core.models import AuditEvent
 from scheduling import limits
 from scheduling.models import SubmissionKey, Workload
+from scheduling.services.submission_keys import SubmitOutcome, workload_submit_once
 from tests.cluster import FLAVOR, api_for, run_round, submit, training
 
 URL = "/api/v1/workloads/"
@@ -223,3 +228,26 @@ def test_the_schema_documents_the_key_and_the_refusals(operator):
     assert {"200", "201", "400", "422"} <= set(submit_op["responses"])
     heartbeat = schema["paths"]["/api/v1/workloads/{id}/heartbeat/"]["post"]
     assert "400" in heartbeat["responses"]
+
+
+def test_two_racing_retries_with_one_key_queue_one_workload(require_postgres, transactional_db, research_queue,
+                                                            team_member):
+    barrier = threading.Barrier(2)
+    outcomes: list[SubmitOutcome] = []
+
+    def retry() -> None:
+        try:
+            barrier.wait()
+            outcomes.append(workload_submit_once(spec=SPEC, actor=Actor.for_user(team_member), key="race"))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=retry) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sorted(o.created for o in outcomes) == [False, True]
+    assert {o.workload.pk for o in outcomes} == set(Workload.objects.values_list("pk", flat=True))
+    assert SubmissionKey.objects.count() == 1
