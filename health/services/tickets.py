@@ -18,6 +18,7 @@ from fleet.models import Node
 from fleet.services import Mover, NodeStateConflict, node_state_move
 from health.choices import Reporter, TicketState, ticket_moves
 from health.models import BurnInResult, HealthEvent, RepairTicket, TicketTransition
+from health.signals import ticket_changed_on_commit
 
 # Node states a ticket may send to repair: a node already in burn-in or repair is the ticket's.
 _TO_REPAIR = (NodeState.READY, NodeState.CORDONED, NodeState.DRAINING, NodeState.UNKNOWN, NodeState.BURN_IN)
@@ -47,6 +48,8 @@ def _transition(ticket: RepairTicket, to_state: str, *, reason: str, actor: Acto
         actor=actor, verb="ticket.transition", target=ticket, reason=reason,
         before={"state": ticket.state}, after={"state": to_state},
     )
+    ticket_changed_on_commit(ticket_id=ticket.pk, node=ticket.node.name, from_state=ticket.state, to_state=to_state,
+                             reason=reason, actor=actor.label)
     ticket.state = to_state
     ticket.updated_at = now
     ticket.closed_at = now if to_state == TicketState.RETURNED else None
@@ -88,6 +91,8 @@ def ticket_open(
                 actor=actor.label[:150],
             )
             audit_record(actor=actor, verb="ticket.open", target=ticket, reason=evidence, after={"node": node.name})
+            ticket_changed_on_commit(ticket_id=ticket.pk, node=node.name, from_state="", to_state=TicketState.OPEN,
+                                     reason=evidence, actor=actor.label)
         elif evidence not in ticket.evidence:
             ticket.evidence = f"{ticket.evidence}\n{evidence}"
             ticket.updated_at = now

@@ -10,6 +10,7 @@ from django.db import transaction
 from core.actors import Actor
 from scheduling.choices import WorkloadState
 from scheduling.models import Workload, WorkloadTransition
+from scheduling.signals import workloads_transitioned_on_commit
 
 
 class TransitionConflict(Exception):
@@ -37,6 +38,8 @@ def workload_transition(
                 WorkloadTransition.objects.create(
                     workload=workload, from_state=from_state, to_state=to_state, reason=reason, actor=actor.label
                 )
+                workloads_transitioned_on_commit(changes=[(workload.pk, from_state)], to_state=to_state, reason=reason,
+                                                 actor=actor.label)
                 workload.state = to_state
                 for name, value in fields.items():
                     setattr(workload, name, value)
@@ -59,6 +62,7 @@ def transitions_record_bulk(*, changes: Sequence[tuple[int, str]], to_state: str
         fields=["workload_id", "at", "from_state", "to_state", "reason", "actor"],
         rows=[(wid, at, from_state, to_state, reason, actor.label) for wid, from_state in changes],
     )
+    workloads_transitioned_on_commit(changes=changes, to_state=to_state, reason=reason, actor=actor.label)
 
 
 WAITING = (WorkloadState.PENDING, WorkloadState.REQUEUED)
