@@ -66,6 +66,21 @@ def test_unstorable_text_in_a_json_body_is_a_400_naming_the_field(research_queue
     assert nothing_changed()
 
 
+LONGEST = {"fleet cordon": 2000, "scheduling submit": 128, "scheduling quota request": 4000,
+           "health repair ticket": 8000}
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=list(ENDPOINTS))
+def test_text_longer_than_its_bound_is_a_400_naming_the_field_and_the_length(research_queue, operator, endpoint):
+    url, body, field = ENDPOINTS[endpoint]
+
+    response = api_for(operator).post(url, {**body, field: "x" * 100_000}, format="json")
+
+    assert response.status_code == 400, response.content[:300]
+    assert str(LONGEST[endpoint]) in response.json()[field][0]
+    assert nothing_changed()
+
+
 def test_unstorable_text_inside_a_list_is_named_by_its_place(research_queue, operator):
     text = _json(SPEC).replace('"worker"', '"wor\\u0000ker"')
 
