@@ -36,3 +36,12 @@ def env_map(name: str) -> dict[str, str]:
             raise ImproperlyConfigured(f"{name}: {item!r} is not KEY=VALUE (e.g. {name}=gpu-operators=operator)")
         mapping[key.strip()] = value.strip()
     return mapping
+
+
+def env_secret(name: str, default: str = "") -> str:
+    """NAME, or the contents of the file NAME_FILE names (a mounted secret), stripped."""
+    path = os.environ.get(f"{name}_FILE")
+    if path:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+    return os.environ.get(name, default)

@@ -1,10 +1,11 @@
 """Fleetdeck settings. Everything comes from the environment; with nothing set you get the
 embedded laptop set-up: SQLite and a filesystem Celery broker under var/."""
+import hashlib
 from pathlib import Path
 
 import dj_database_url
 
-from .env import env_bool, env_int, env_list, env_map, env_str
+from .env import env_bool, env_int, env_list, env_map, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("FLEETDECK_VAR_DIR", str(BASE_DIR / "var")))
@@ -30,6 +31,7 @@ INSTALLED_APPS = [
     "scheduling",
     "health",
     "integrations.slurm",
+    "integrations.prometheus",
     "console",
     "demo",
     "accounts",
@@ -276,6 +278,33 @@ FLEETDECK = {
     "SLURM_JOB_COMMAND": env_str("SLURM_JOB_COMMAND", ""),
     "SLURM_JOB_DIR": env_str("SLURM_JOB_DIR", str(VAR_DIR / "slurm-jobs")),
     "SLURM_HEARTBEAT_BASE_URL": env_str("SLURM_HEARTBEAT_BASE_URL", "http://127.0.0.1:8000"),
+    # Prometheus (integrations/prometheus): with PROMETHEUS_URL the pages read utilisation and its
+    # history from Prometheus (or Thanos, Mimir, VictoriaMetrics) through the recording rules in
+    # integrations/prometheus/rules/, and Fleetdeck stores no per-minute GPU history of its own.
+    "PROMETHEUS_URL": env_str("PROMETHEUS_URL", ""),
+    "PROMETHEUS_BEARER_TOKEN": env_secret("PROMETHEUS_BEARER_TOKEN", ""),
+    "PROMETHEUS_USERNAME": env_str("PROMETHEUS_USERNAME", ""),
+    "PROMETHEUS_PASSWORD": env_secret("PROMETHEUS_PASSWORD", ""),
+    "PROMETHEUS_CA_FILE": env_str("PROMETHEUS_CA_FILE", ""),
+    # A query's whole answer must arrive within this; a page then shows "telemetry source unavailable".
+    "PROMETHEUS_TIMEOUT_SECONDS": env_int("PROMETHEUS_TIMEOUT_SECONDS", 5),
+    # An allocated GPU under 5 % SM activity for this long is listed as idle (either source).
+    "IDLE_ALLOCATED_MINUTES": float(env_str("IDLE_ALLOCATED_MINUTES", "30")),
+    # Alertmanager: with ALERTMANAGER_URL, automation's cordons and quarantines, repair tickets,
+    # failed burn-ins, stopped gangs and waiting online inference are pushed to /api/v2/alerts.
+    "ALERTMANAGER_URL": env_str("ALERTMANAGER_URL", ""),
+    "ALERTMANAGER_BEARER_TOKEN": env_secret("ALERTMANAGER_BEARER_TOKEN", ""),
+    "ALERTMANAGER_CA_FILE": env_str("ALERTMANAGER_CA_FILE", ""),
+    "ALERTMANAGER_TIMEOUT_SECONDS": env_int("ALERTMANAGER_TIMEOUT_SECONDS", 5),
+    "ALERTMANAGER_EVENT_TTL_SECONDS": env_int("ALERTMANAGER_EVENT_TTL_SECONDS", 3600),
+    "INFERENCE_PRIORITY_CLASSES": env_list("INFERENCE_PRIORITY_CLASSES", ["inference-online"]),
+    "INFERENCE_PENDING_ALERT_SECONDS": env_int("INFERENCE_PENDING_ALERT_SECONDS", 120),
+    "INFERENCE_PENDING_CHECK_SECONDS": env_int("INFERENCE_PENDING_CHECK_SECONDS", 60),
+    # The webhook Alertmanager posts to (/api/v1/alertmanager/webhook/) takes this bearer token; only
+    # its SHA-256 is kept (set ALERTMANAGER_WEBHOOK_TOKEN_SHA256 to keep the token out of the environment).
+    "ALERTMANAGER_WEBHOOK_TOKEN_SHA256": env_str("ALERTMANAGER_WEBHOOK_TOKEN_SHA256", "") or (
+        hashlib.sha256(env_secret("ALERTMANAGER_WEBHOOK_TOKEN").encode()).hexdigest()
+        if env_secret("ALERTMANAGER_WEBHOOK_TOKEN") else ""),
 }
 if FLEETDECK["SLURM_ENABLED"]:
     CELERY_BEAT_SCHEDULE["slurm_inventory_sync"] = {
@@ -289,13 +318,22 @@ CELERY_BEAT_SCHEDULE["placement_round"] = {
     "schedule": float(FLEETDECK["PLACEMENT_ROUND_SECONDS"]),
     "options": {"expires": float(FLEETDECK["PLACEMENT_ROUND_SECONDS"])},
 }
-# Health: */15 s scrape every node's dcgm-exporter; every 30 s mark silent nodes unknown; every
-# 5 min the zombie watchdog; hourly prune the one-minute GPU history to 7 days.
-CELERY_BEAT_SCHEDULE["health_exporters_scrape"] = {
-    "task": "health.exporters_scrape",
-    "schedule": float(FLEETDECK["DCGM_SCRAPE_SECONDS"]),
-    "options": {"expires": float(FLEETDECK["DCGM_SCRAPE_SECONDS"])},
-}
+# Health: */15 s scrape every node's dcgm-exporter (not with Prometheus as the telemetry source:
+# Prometheus scrapes them and its alerts bring the health signals); every 30 s mark silent nodes
+# unknown; every 5 min the zombie watchdog; hourly prune the one-minute GPU history to 7 days.
+if not FLEETDECK["PROMETHEUS_URL"]:
+    CELERY_BEAT_SCHEDULE["health_exporters_scrape"] = {
+        "task": "health.exporters_scrape",
+        "schedule": float(FLEETDECK["DCGM_SCRAPE_SECONDS"]),
+        "options": {"expires": float(FLEETDECK["DCGM_SCRAPE_SECONDS"])},
+    }
+if FLEETDECK["ALERTMANAGER_URL"]:
+    # Every INFERENCE_PENDING_CHECK_SECONDS (60 s): online inference waiting too long, to Alertmanager.
+    CELERY_BEAT_SCHEDULE["prometheus_inference_pending_alerts"] = {
+        "task": "prometheus.inference_pending_alerts",
+        "schedule": float(FLEETDECK["INFERENCE_PENDING_CHECK_SECONDS"]),
+        "options": {"expires": float(FLEETDECK["INFERENCE_PENDING_CHECK_SECONDS"])},
+    }
 CELERY_BEAT_SCHEDULE["health_nodes_mark_stale"] = {"task": "health.nodes_mark_stale", "schedule": 30.0}
 CELERY_BEAT_SCHEDULE["health_workloads_watchdog"] = {"task": "health.workloads_watchdog", "schedule": 300.0}
 CELERY_BEAT_SCHEDULE["health_readings_prune"] = {"task": "health.readings_prune", "schedule": 3600.0}

@@ -18,7 +18,7 @@ from django.utils import timezone
 from core.models import AuditEvent
 from fleet.choices import NODE_STATE_COLORS, GpuHealth, NodeState
 from fleet.models import Gpu, GpuFlavor, Node
-from health.selectors import utilised_by_gpu as health_utilised
+from health import telemetry
 from scheduling.choices import WORKLOAD_STATE_COLORS
 from scheduling.models import Allocation
 
@@ -112,6 +112,9 @@ class FleetOverview:
     total: FlavorCapacity
     racks: list[RackRow]
     cordoned: list[CordonedNode]
+    # Where the utilisation came from, and why it is missing when the source did not answer.
+    telemetry_source: str = ""
+    telemetry_notice: str = ""
 
     @property
     def node_count(self) -> int:
@@ -123,13 +126,14 @@ def natural_key(name: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
-def utilised_by_gpu() -> dict[int, float]:
-    """GPU id → latest SM-active fraction (0..1) of allocated GPUs with a fresh reading.
+def utilised_by_gpu() -> telemetry.Telemetry[dict[int, float]]:
+    """GPU id → latest SM-active fraction (0..1) of allocated GPUs with a fresh value.
 
-    The single hook through which utilisation reaches the overview: one query over health's
-    newest readings. GPUs without a fresh reading add nothing: an honest 0, never a guess."""
+    The single hook through which utilisation reaches the overview: one question to the telemetry
+    source (health's newest readings, or Prometheus). GPUs without a fresh value add nothing: an
+    honest 0, never a guess; a source that does not answer leaves a notice instead."""
 
-    return health_utilised(now=timezone.now())
+    return telemetry.utilised_by_gpu(now=timezone.now())
 
 
 def active_allocated_gpu_ids() -> set[int]:
@@ -152,7 +156,8 @@ def fleet_overview() -> FleetOverview:
     ):
         gpus_by_node[node_id].append((gpu_id, index, health))
     allocated_ids = active_allocated_gpu_ids()
-    utilisation = utilised_by_gpu()
+    answer = utilised_by_gpu()
+    utilisation = answer.value
     capacity = {name: FlavorCapacity(flavor=name) for name in GpuFlavor.objects.values_list("name", flat=True)}
 
     racks: dict[str, RackRow] = {}
@@ -178,6 +183,8 @@ def fleet_overview() -> FleetOverview:
         total=total,
         racks=sorted(racks.values(), key=lambda r: natural_key(r.name)),
         cordoned=cordoned,
+        telemetry_source=answer.source,
+        telemetry_notice=answer.notice,
     )
 
 

@@ -7,23 +7,24 @@ from django.db.models import Count
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from health import telemetry
 from health.choices import TicketState
 from health.models import HealthEvent, RepairTicket
-from health.selectors import idle_allocated_gpus
 
 
 def collect() -> Iterable[Metric]:
-    idle = idle_allocated_gpus(now=timezone.now())
+    idle = telemetry.idle_allocated(now=timezone.now())
+    # Per team only: the fleet's total is sum() in PromQL. Without an answer from the telemetry
+    # source the family is left out rather than reported as zero.
     gauge = GaugeMetricFamily(
         "fleetdeck_idle_allocated_gpus",
-        "Allocated GPUs with SM activity under 5 % for 30 minutes", labels=["team"],
+        "Allocated GPUs with SM activity under 5 % for the idle window", labels=["team"],
     )
     by_team: dict[str, int] = {}
-    for gpu in idle:
+    for gpu in idle.value:
         by_team[gpu.team] = by_team.get(gpu.team, 0) + 1
     for team, count in sorted(by_team.items()):
         gauge.add_metric([team], count)
-    total = GaugeMetricFamily("fleetdeck_idle_allocated_gpus_total", "Idle allocated GPUs, all teams", value=len(idle))
     tickets = GaugeMetricFamily("fleetdeck_repair_tickets", "Repair tickets by state", labels=["state"])
     counts = dict(RepairTicket.objects.values_list("state").annotate(n=Count("pk")).values_list("state", "n"))
     for state in TicketState.values:
@@ -33,4 +34,6 @@ def collect() -> Iterable[Metric]:
         "severity", "n"
     ):
         events.add_metric([severity], n)
-    yield from (gauge, total, tickets, events)
+    if idle.available:
+        yield gauge
+    yield from (tickets, events)

@@ -31,6 +31,13 @@ def utilised_by_gpu(*, now: datetime) -> dict[int, float]:
     return dict(rows)
 
 
+def memory_used_by_gpu(*, now: datetime) -> dict[int, float]:
+    """GPU id -> framebuffer MiB in use, from each GPU's fresh whole-GPU reading (one query)."""
+    return dict(GpuReading.objects.filter(
+        mig_instance_id=WHOLE_GPU, at__gte=now - FRESH, fb_used_mib__isnull=False
+    ).values_list("gpu_id", "fb_used_mib"))
+
+
 def utilised_by_queue_flavor(
     gpus: dict[tuple[int, int], list[tuple[int, int]]], now: datetime
 ) -> dict[tuple[int, int], float]:
@@ -74,10 +81,10 @@ class IdleGpu:
     allocated_since: datetime
 
 
-def idle_allocated_gpus(*, now: datetime) -> list[IdleGpu]:
-    """Allocated GPUs whose SM activity stayed under 5 % for the last 30 minutes: the latest reading
-    is fresh and idle, and the minute history covers the whole window without a busy minute."""
-    since = now - IDLE_FOR
+def idle_allocated_gpus(*, now: datetime, window: timedelta = IDLE_FOR) -> list[IdleGpu]:
+    """Allocated GPUs whose SM activity stayed under 5 % for the last `window` (30 minutes): the latest
+    reading is fresh and idle, and the minute history covers the whole window without a busy minute."""
+    since = now - window
     latest = {
         gpu_id: sm for gpu_id, sm in GpuReading.objects.filter(
             mig_instance_id=WHOLE_GPU, at__gte=now - FRESH, sm_active__lt=IDLE_SM_ACTIVE

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from core.actors import Actor
 from core.roles import is_operator
 
-from . import selectors, services
+from . import selectors, services, telemetry
 from .choices import SEVERITY_COLORS, TICKET_STATE_COLORS, EventKind, Reporter, Severity, TicketState, operator_moves
 from .forms import BurnInForm, EventFilterForm, TicketTransitionForm
 from .models import HealthEvent, RepairTicket
@@ -118,5 +118,6 @@ def ticket_burn_in(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_GET
 def idle_gpus(request: HttpRequest) -> HttpResponse:
-    rows = selectors.idle_allocated_gpus(now=timezone.now())
-    return render(request, "health/idle_gpus.html", {"rows": rows})
+    answer = telemetry.idle_allocated(now=timezone.now())
+    return render(request, "health/idle_gpus.html", {"rows": answer.value, "notice": answer.notice,
+                                                     "window_minutes": telemetry.idle_window().total_seconds() / 60})

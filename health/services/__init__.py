@@ -8,11 +8,12 @@ For other parts:
 - agent_register(*, node, payload, now) / agent_heartbeat(*, node, payload, burn_in, now)
 - ticket_open / ticket_transition / burn_in_record; uncordon_check (the uncordon gate health registers in fleet.hooks)
 - condition_record / condition_resolve: repeating conditions (a node Slurm reports DOWN, a failing scrape)
+- events_resolve(*, dedup_keys, now): events their source reports over (a resolved Alertmanager alert)
 - nodes_mark_stale, workloads_watchdog, exporters_scrape, readings_prune (beat tasks)"""
 
 from .agent import HeartbeatOutcome, NotRegistered, agent_heartbeat, agent_register, burn_in_from_body
 from .dcgm import DcgmOutcome, dcgm_ingest, dcgm_ingest_many
-from .events import HEALTH_ACTOR, SignalOutcome, condition_record, condition_resolve, signals_apply
+from .events import HEALTH_ACTOR, SignalOutcome, condition_record, condition_resolve, events_resolve, signals_apply
 from .faults import FAULT_KINDS, app_fault
 from .kernel_log import KernelLogOutcome, kernel_log_ingest
 from .liveness import node_seen, nodes_mark_stale
@@ -51,6 +52,7 @@ __all__ = [
     "condition_resolve",
     "dcgm_ingest",
     "dcgm_ingest_many",
+    "events_resolve",
     "exporters_scrape",
     "kernel_log_ingest",
     "node_seen",

@@ -194,6 +194,13 @@ def condition_resolve(*, node: Node | Sequence[Node], kind: str, now: datetime, 
     return events.update(resolved_at=now, last_seen=now)
 
 
+def events_resolve(*, dedup_keys: Sequence[str], now: datetime) -> int:
+    """The events stored under these dedup keys are over (their source says so: a resolved alert).
+    Only the events: a node or GPU the policy took out of service stays out until repair says so."""
+    return HealthEvent.objects.filter(dedup_key__in=list(dedup_keys), resolved_at__isnull=True).update(
+        resolved_at=now, last_seen=now)
+
+
 __all__ = [
     "EventKind",
     "EventSource",
@@ -202,5 +209,6 @@ __all__ = [
     "condition_record",
     "condition_resolve",
     "event_create",
+    "events_resolve",
     "signals_apply",
 ]

@@ -2,8 +2,9 @@
 from django import template
 from django.utils import timezone
 
+from health import telemetry
 from health.choices import SEVERITY_COLORS, TICKET_STATE_COLORS
-from health.selectors import idle_allocated_gpus, node_health
+from health.selectors import node_health
 
 register = template.Library()
 
@@ -17,5 +18,5 @@ def node_health_section(node):
 
 @register.inclusion_tag("health/_idle_gpus.html")
 def idle_allocated_gpus_list(limit: int = 20):
-    rows = idle_allocated_gpus(now=timezone.now())
-    return {"rows": rows[:limit], "total": len(rows)}
+    answer = telemetry.idle_allocated(now=timezone.now())
+    return {"rows": answer.value[:limit], "total": len(answer.value), "notice": answer.notice}

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
@@ -272,6 +273,35 @@ def usage_history(*, queue_ids, since: dt.datetime) -> dict[int, list[HourPoint]
         flavor_id: [HourPoint(at=hour, **values) for hour, values in sorted(hours.items())]
         for flavor_id, hours in summed.items()
     }
+
+
+# The telemetry source's hourly utilisation of some queues (health registers health.telemetry's):
+# keyword arguments queue_ids, since, now; returns ({flavor_id: {hour: utilised GPUs}} or None when
+# the samples already carry it, and a notice to show, empty when the source answered).
+UtilisedHistorySource = Callable[..., tuple[dict[int, dict[dt.datetime, float]] | None, str]]
+_utilised_history: UtilisedHistorySource | None = None
+
+
+def register_utilised_history(fn: UtilisedHistorySource | None) -> None:
+    global _utilised_history
+    _utilised_history = fn
+
+
+def usage_history_with_utilisation(
+    *, queue_ids: Sequence[int], since: dt.datetime, now: dt.datetime
+) -> tuple[dict[int, list[HourPoint]], str]:
+    """usage_history, its utilised line from the telemetry source where that keeps the history
+    (Prometheus), and the source's notice when it did not answer (the samples' line stays then)."""
+    history = usage_history(queue_ids=queue_ids, since=since)
+    if _utilised_history is None:
+        return history, ""
+    utilised, notice = _utilised_history(queue_ids=list(queue_ids), since=since, now=now)
+    if utilised is None:
+        return history, notice
+    return {
+        flavor_id: [replace(p, utilised=utilised.get(flavor_id, {}).get(p.at, 0.0)) for p in points]
+        for flavor_id, points in history.items()
+    }, notice
 
 
 # --- workloads -----------------------------------------------------------------------------------

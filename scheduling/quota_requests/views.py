@@ -52,7 +52,7 @@ def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
             "team": team,
             "usage_rows": usage_rows,
             "pending_any_flavor": pending_any,
-            "charts": _history_charts(queue_ids, snapshot, now),
+            **_history_charts(queue_ids, snapshot, now),
             "workloads": selectors.team_workloads(team),
             "requests": selectors.quota_requests_visible_to(request.user).filter(team=team)[:50],
             "history": selectors.quota_history(team),
@@ -61,8 +61,9 @@ def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
     )
 
 
-def _history_charts(queue_ids, snapshot: selectors.UsageSnapshot, now: dt.datetime) -> list[dict]:
-    history = selectors.usage_history(queue_ids=queue_ids, since=now - dt.timedelta(days=30))
+def _history_charts(queue_ids, snapshot: selectors.UsageSnapshot, now: dt.datetime) -> dict:
+    history, notice = selectors.usage_history_with_utilisation(
+        queue_ids=queue_ids, since=now - dt.timedelta(days=30), now=now)
     week_ago = now - dt.timedelta(days=7)
     out = []
     for flavor_id, points in sorted(history.items(), key=lambda item: snapshot.flavors[item[0]].name):
@@ -75,7 +76,7 @@ def _history_charts(queue_ids, snapshot: selectors.UsageSnapshot, now: dt.dateti
             "month": charts.figure_html(charts.usage_history_figure(points, flavor_name=name, days=30, now=now),
                                         div_id=f"usage-30d-{flavor_id}"),
         })
-    return out
+    return {"charts": out, "telemetry_notice": notice}
 
 
 # --- quota requests ------------------------------------------------------------------------------

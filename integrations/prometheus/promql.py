@@ -1,0 +1,31 @@
+"""The PromQL Fleetdeck sends. Each reads a series recorded by rules/fleetdeck-rules.yml, so no page
+query touches the raw exporter series, and each page sends a fixed number of them at any fleet size."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+# Per GPU (labels UUID, Hostname, gpu): SM activity 0..1 and framebuffer MiB used.
+SM_ACTIVE = "fleetdeck:gpu_sm_active:ratio"
+FB_USED = "fleetdeck:gpu_fb_used:mib"
+# Per team, queue and flavor (labels team, queue, flavor, queue_id, flavor_id): utilised GPUs of
+# what each queue holds, joining the GPUs' activity to fleetdeck_gpu_allocated_share (Fleetdeck's /metrics).
+QUEUE_UTILISED = "fleetdeck:queue_flavor_utilised_gpus:sum"
+IDLE_BELOW = 0.05
+
+
+def idle_latest() -> str:
+    return f"{SM_ACTIVE} < {IDLE_BELOW}"
+
+
+def idle_peak(window: timedelta) -> str:
+    """GPUs whose highest SM activity over `window` stayed under 5 %, and whose series reaches back to
+    (almost) the window's start: one missed scrape or rule evaluation at the start is allowed."""
+    seconds = int(window.total_seconds())
+    reach = max(seconds - 120, int(seconds * 0.9))
+    return f"max_over_time({SM_ACTIVE}[{seconds}s]) < {IDLE_BELOW} and {SM_ACTIVE} offset {reach}s"
+
+
+def queue_utilised_hourly(queue_ids: list[int]) -> str:
+    """Hourly means of the utilised GPUs of the given queues, per flavor."""
+    ids = "|".join(str(int(q)) for q in queue_ids)
+    return f'sum by (flavor_id) (avg_over_time({QUEUE_UTILISED}{{queue_id=~"{ids}"}}[1h]))'
