@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "console",
     "demo",
     "accounts",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -306,6 +307,8 @@ FLEETDECK = {
         hashlib.sha256(env_secret("ALERTMANAGER_WEBHOOK_TOKEN").encode()).hexdigest()
         if env_secret("ALERTMANAGER_WEBHOOK_TOKEN") else ""),
 }
+# Per-person notifications (notifications/): a webhook must answer within this many seconds.
+NOTIFICATIONS = {"WEBHOOK_TIMEOUT_SECONDS": float(env_str("NOTIFICATIONS_WEBHOOK_TIMEOUT_SECONDS", "5"))}
 if FLEETDECK["SLURM_ENABLED"]:
     CELERY_BEAT_SCHEDULE["slurm_inventory_sync"] = {
         "task": "slurm.inventory_sync",
@@ -337,6 +340,11 @@ if FLEETDECK["ALERTMANAGER_URL"]:
 CELERY_BEAT_SCHEDULE["health_nodes_mark_stale"] = {"task": "health.nodes_mark_stale", "schedule": 30.0}
 CELERY_BEAT_SCHEDULE["health_workloads_watchdog"] = {"task": "health.workloads_watchdog", "schedule": 300.0}
 CELERY_BEAT_SCHEDULE["health_readings_prune"] = {"task": "health.readings_prune", "schedule": 3600.0}
+# Every minute: tell people whose team's workload has waited past their threshold; */5 min: queue
+# again the notification deliveries the broker lost or a dead worker dropped.
+CELERY_BEAT_SCHEDULE["notifications_waits_check"] = {"task": "notifications.waits_check", "schedule": 60.0,
+                                                     "options": {"expires": 60.0}}
+CELERY_BEAT_SCHEDULE["notifications_deliveries_sweep"] = {"task": "notifications.deliveries_sweep", "schedule": 300.0}
 if FLEETDECK["DEMO_TELEMETRY"]:
     CELERY_BEAT_SCHEDULE["demo_telemetry"] = {
         "task": "demo.telemetry", "schedule": 15.0, "options": {"expires": 15.0}}

@@ -22,6 +22,7 @@ urlpatterns = [
     path("oidc/", include("accounts.oidc_urls")),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/", include("accounts.urls")),
+    path("account/notifications/", include("notifications.urls")),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include(api_v1)),

@@ -1,0 +1,6 @@
+from django.urls import path
+
+from . import views
+
+app_name = "notifications"
+urlpatterns = [path("", views.settings_page, name="settings")]
