@@ -4,7 +4,6 @@ pointed at it. Users are made at the provider with `provider.user(name, *groups)
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,17 +15,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from tests.conftest import free_port
+
 REPO = Path(__file__).resolve().parents[3]
 CLIENT_ID = "fleetdeck"
 CLIENT_SECRET = "fleetdeck-test-client-secret"
 GROUP_ROLES = {"gpu-operators": "operator", "gpu-viewers": "viewer"}
 GROUP_TEAMS = {"team-research": "research", "team-product": "product"}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -45,7 +40,7 @@ class Provider:
 
 @pytest.fixture(scope="session")
 def oidc_provider(live_server, tmp_path_factory):
-    port = _free_port()
+    port = free_port()
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
     issuer = f"http://127.0.0.1:{port}/o"
