@@ -12,7 +12,7 @@ from django.db import models
 
 from .actors import Actor
 from .audit import audit_record
-from .models import AuditEvent
+from .models import AuditEvent, PersonalAccessToken
 
 ADMIN_DELETE_REASON = "deleted in the admin"
 
@@ -23,6 +23,22 @@ class AuditEventAdmin(admin.ModelAdmin):
     list_filter = ("verb", "target_type")
     search_fields = ("actor", "target_repr", "reason")
     readonly_fields = [f.name for f in AuditEvent._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(PersonalAccessToken)
+class PersonalAccessTokenAdmin(admin.ModelAdmin):
+    """Read-only: tokens are created and revoked by their owners (Tokens page, API), audited there."""
+
+    list_display = ("name", "user", "prefix", "scopes", "created_at", "expires_at", "last_used_at", "revoked_at")
+    search_fields = ("name", "prefix", "user__username")
+    readonly_fields = [f.name for f in PersonalAccessToken._meta.fields if f.name != "key_hash"]
+    exclude = ("key_hash",)
 
     def has_add_permission(self, request) -> bool:
         return False

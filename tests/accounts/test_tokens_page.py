@@ -45,3 +45,14 @@ def test_nobody_revokes_another_persons_token(page, operator):
     token = PersonalAccessToken.objects.get(user=operator)
     assert page.post(f"/account/tokens/{token.pk}/revoke/").status_code == 404
     assert PersonalAccessToken.objects.get(pk=token.pk).revoked_at is None
+
+
+def test_the_admin_lists_tokens_without_their_hashes(admin_client, team_member):
+    page = Client()
+    page.force_login(team_member)
+    page.post("/account/tokens/", {"name": "nightly", "expires_in_days": 30})
+    token = PersonalAccessToken.objects.get()
+
+    listing = admin_client.get("/admin/core/personalaccesstoken/").content.decode()
+    detail = admin_client.get(f"/admin/core/personalaccesstoken/{token.pk}/change/").content.decode()
+    assert "nightly" in listing and token.key_hash not in listing + detail
