@@ -40,8 +40,9 @@ def oidc_enabled() -> bool:
 
 
 def discovery_document(issuer: str) -> dict:
-    """The issuer's discovery document, fetched once per process (at the first login, or at start-up
-    from AccountsConfig.ready when OIDC_DISCOVER_AT_START is on)."""
+    """The issuer's discovery document, fetched once per process, at the first login that needs it:
+    fetching it at start-up would keep Fleetdeck from starting while the provider is down, and
+    local logins must work then."""
     with _discovery_lock:
         if issuer not in _discovery:
             url = issuer.rstrip("/") + "/.well-known/openid-configuration"

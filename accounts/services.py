@@ -24,8 +24,7 @@ from .models import OidcIdentity
 
 log = logging.getLogger(__name__)
 SSO_ACTOR = Actor.automation("sso")
-OPERATOR_ROLE = "operator"
-ROLES = (OPERATOR_ROLE, "viewer")
+OPERATOR_ROLE = "operator"  # any other role in OIDC_GROUP_ROLES (e.g. viewer) is what everyone has
 
 
 @dataclass(frozen=True)
