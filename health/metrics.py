@@ -13,6 +13,11 @@ from health.models import HealthEvent, RepairTicket
 
 
 def collect() -> Iterable[Metric]:
+    yield from _tickets_and_events()
+    # A source that keeps the history (Prometheus) computes this itself from its own series (a
+    # recording rule): asking it back at every scrape of /metrics would only loop.
+    if telemetry.telemetry_source().keeps_history:
+        return
     idle = telemetry.idle_allocated(now=timezone.now())
     # Per team only: the fleet's total is sum() in PromQL. Without an answer from the telemetry
     # source the family is left out rather than reported as zero.
@@ -25,6 +30,11 @@ def collect() -> Iterable[Metric]:
         by_team[gpu.team] = by_team.get(gpu.team, 0) + 1
     for team, count in sorted(by_team.items()):
         gauge.add_metric([team], count)
+    if idle.available:
+        yield gauge
+
+
+def _tickets_and_events() -> Iterable[Metric]:
     tickets = GaugeMetricFamily("fleetdeck_repair_tickets", "Repair tickets by state", labels=["state"])
     counts = dict(RepairTicket.objects.values_list("state").annotate(n=Count("pk")).values_list("state", "n"))
     for state in TicketState.values:
@@ -34,6 +44,4 @@ def collect() -> Iterable[Metric]:
         "severity", "n"
     ):
         events.add_metric([severity], n)
-    if idle.available:
-        yield gauge
     yield from (tickets, events)

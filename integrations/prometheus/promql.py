@@ -20,9 +20,9 @@ def idle_latest() -> str:
 def idle_peak(window: timedelta) -> str:
     """GPUs whose highest SM activity over `window` stayed under 5 %, and whose series reaches back to
     (almost) the window's start: one missed scrape or rule evaluation at the start is allowed."""
-    seconds = int(window.total_seconds())
-    reach = max(seconds - 120, int(seconds * 0.9))
-    return f"max_over_time({SM_ACTIVE}[{seconds}s]) < {IDLE_BELOW} and {SM_ACTIVE} offset {reach}s"
+    window_ms = max(1000, int(window.total_seconds() * 1000))
+    reach_ms = max(window_ms - 120_000, window_ms * 9 // 10)
+    return f"max_over_time({SM_ACTIVE}[{window_ms}ms]) < {IDLE_BELOW} and {SM_ACTIVE} offset {reach_ms}ms"
 
 
 def queue_utilised_hourly(queue_ids: list[int]) -> str:

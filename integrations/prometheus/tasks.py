@@ -9,9 +9,7 @@ import logging
 from celery import shared_task
 from django.utils import timezone
 
-from core.models import AuditEvent
-
-from .alerts_out import AlertmanagerUnavailable, alert_of, alerts_post, enabled, inference_pending_alerts
+from .alertmanager import AlertmanagerUnavailable, alerts_post, enabled, inference_pending_alerts
 
 log = logging.getLogger(__name__)
 MAX_RETRIES = 8
@@ -33,12 +31,8 @@ def _push(task, alerts: list[dict], what: str) -> str:
 
 @shared_task(bind=True, name="prometheus.alert_push", max_retries=MAX_RETRIES, ignore_result=True,
              soft_time_limit=30, time_limit=40)
-def alert_push_task(self, audit_id: int) -> str:
-    event = AuditEvent.objects.filter(pk=audit_id).first()
-    alert = alert_of(event) if event is not None else None
-    if alert is None:
-        return "nothing to push"
-    return _push(self, [alert], f"audit event {audit_id}")
+def alert_push_task(self, alerts: list[dict]) -> str:
+    return _push(self, alerts, ", ".join(a["labels"]["alertname"] for a in alerts))
 
 
 @shared_task(name="prometheus.inference_pending_alerts", ignore_result=True, soft_time_limit=30, time_limit=40)

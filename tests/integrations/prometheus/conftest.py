@@ -1,5 +1,5 @@
-"""Fixtures of the Prometheus integration's tests: the webhook's token, Alertmanager's payloads, and
-(in servers.py) the real Prometheus and Alertmanager with simulated exporters."""
+"""Fixtures of the Prometheus integration's tests: the webhook's token, Alertmanager's payloads, the
+seed's jobs, and the real Prometheus and Alertmanager with simulated exporters (servers.py)."""
 from __future__ import annotations
 
 import hashlib
@@ -8,10 +8,17 @@ from datetime import UTC, datetime
 import pytest
 from rest_framework.test import APIClient
 
+from core.metrics import register_collector
 from fleet.models import Gpu
 from health.telemetry import register_telemetry_source
+from integrations.prometheus import metrics as prometheus_metrics
+from integrations.prometheus.client import PrometheusClient
+from integrations.prometheus.source import PrometheusTelemetry
 from tests.cluster import api_for, nodes_of, run_round, submit, training
+from tests.conftest import missing_service
 from tests.health.conftest import with_pci  # noqa: F401 (the seed's PCI bus ids, shared with the health tests)
+
+from .servers import TEMPLATE, Stack, Template, binaries
 
 WEBHOOK_TOKEN = "am-webhook-test-token"
 WEBHOOK = "/api/v1/alertmanager/webhook/"
@@ -40,6 +47,20 @@ def celery_eager():
     app.conf.update(task_always_eager=True, task_eager_propagates=True, result_backend="cache+memory://")
     yield
     app.conf.update(saved)
+
+
+def unregister_collector(name: str) -> None:
+    from core import metrics
+
+    metrics._collect_fns.pop(name, None)
+
+
+@pytest.fixture
+def allocation_collector():
+    """The allocation shares on /metrics (PrometheusConfig.ready() registers them only with PROMETHEUS_URL)."""
+    register_collector("prometheus", prometheus_metrics.collect)
+    yield
+    unregister_collector("prometheus")
 
 
 @pytest.fixture
@@ -86,3 +107,32 @@ def place_seed_jobs(team_member) -> dict:
     assert nodes_of(train_a["id"]) == ["n1", "n2", "n3", "n4"]
     assert nodes_of(train_b["id"]) == ["n5", "n6"]
     return train_a
+
+
+@pytest.fixture
+def prometheus_stack(transactional_db, research_queue, shared_dir, live_server, tmp_path, free_tcp_port_factory,
+                     webhook_settings, celery_eager, telemetry_source):
+    """Prometheus, Alertmanager and an exporter per seed node, started for this test; Fleetdeck reads
+    from that Prometheus (a 2 s timeout) and pushes to that Alertmanager."""
+    if binaries() is None:
+        missing_service("prometheus, alertmanager and promtool (Debian packages prometheus, prometheus-alertmanager)")
+    template = Template((shared_dir / TEMPLATE).read_text())
+    gpus: dict[str, list[tuple[int, str]]] = {}
+    for node, index, uuid in Gpu.objects.order_by("node__name", "index").values_list("node__name", "index", "uuid"):
+        gpus.setdefault(node, []).append((index, uuid))
+    stack = Stack(workdir=tmp_path, ports=free_tcp_port_factory, fleetdeck_url=live_server.url,
+                  webhook_token=WEBHOOK_TOKEN)
+    register_collector("prometheus", prometheus_metrics.collect)
+    try:
+        stack.add_exporters(template, gpus)
+        stack.alertmanager_port = free_tcp_port_factory()
+        webhook_settings.FLEETDECK = {**webhook_settings.FLEETDECK, "ALERTMANAGER_URL": stack.alertmanager_url,
+                                      "PUBLIC_URL": live_server.url, "PROMETHEUS_TIMEOUT_SECONDS": 2}
+        stack.start_alertmanager()
+        stack.start_prometheus()
+        stack.client = PrometheusClient(stack.prometheus_url, timeout=2)
+        telemetry_source(PrometheusTelemetry(stack.client))
+        yield stack
+    finally:
+        stack.close()
+        unregister_collector("prometheus")

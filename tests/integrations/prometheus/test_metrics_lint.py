@@ -7,8 +7,6 @@ import subprocess
 
 import pytest
 
-from core.metrics import register_collector
-from integrations.prometheus import metrics as prometheus_metrics
 from tests.cluster import api_for, run_round, submit, training
 from tests.conftest import missing_service
 
@@ -19,16 +17,6 @@ def promtool() -> str:
     if path is None:
         missing_service("promtool (Debian package prometheus)")
     return path
-
-
-@pytest.fixture
-def allocation_collector():
-    # Registered by PrometheusConfig.ready() only when PROMETHEUS_URL is set.
-    register_collector("prometheus", prometheus_metrics.collect)
-    yield
-    from core import metrics
-
-    metrics._collect_fns.pop("prometheus", None)
 
 
 def test_metrics_pass_promtool_check_metrics(research_queue, team_member, client, promtool, allocation_collector):
