@@ -48,6 +48,7 @@ def _no_wider_than_caller(request, scopes: list[str]) -> None:
 
 class TokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = TokenSerializer
+    queryset = PersonalAccessToken.objects.none()  # the schema's model; requests get the person's own
 
     def get_queryset(self):
         return PersonalAccessToken.objects.filter(user=self.request.user)

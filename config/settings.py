@@ -155,9 +155,8 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        # First, so an anonymous or refused request is a 401 that says "WWW-Authenticate: Token".
-        "core.authentication.PersonalAccessTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
+        "core.authentication.PersonalAccessTokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
