@@ -7,6 +7,7 @@ PrometheusUnavailable naming what went wrong; callers turn it into a "source una
 from __future__ import annotations
 
 import ssl
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -17,6 +18,9 @@ from health.telemetry import TelemetryUnavailable
 
 # Answers are JSON of at most this many bytes (10,000 GPUs' vector is about 2 MB).
 MAX_BYTES = 64 * 1024 * 1024
+# After a failure, queries fail at once for this long: a page asks several questions, and a hung
+# Prometheus must cost a worker one timeout every so often, not one per question.
+RETRY_AFTER_SECONDS = 10.0
 
 
 class PrometheusUnavailable(TelemetryUnavailable):
@@ -62,6 +66,7 @@ class PrometheusClient:
 
     def __post_init__(self) -> None:
         self._http: httpx.Client | None = None
+        self._failed: tuple[float, str] | None = None  # (monotonic time, what went wrong)
 
     def _client(self) -> httpx.Client:
         # One pooled client for the process's lifetime: building one loads the CA bundle (tens of ms),
@@ -82,7 +87,19 @@ class PrometheusClient:
         )
 
     def _get(self, path: str, params: dict[str, str]) -> dict:
+        failed = self._failed
+        if failed is not None and time.monotonic() - failed[0] < RETRY_AFTER_SECONDS:
+            raise PrometheusUnavailable(failed[1])
         self.queries += 1
+        try:
+            data = self._send(path, params)
+        except PrometheusUnavailable as exc:
+            self._failed = (time.monotonic(), str(exc))
+            raise
+        self._failed = None
+        return data
+
+    def _send(self, path: str, params: dict[str, str]) -> dict:
         try:
             # POST: a query naming many series may be longer than a URL may be.
             response = self._client().post(path, data=params)

@@ -87,20 +87,22 @@ class PrometheusTelemetry:
         }
 
     def idle_allocated(self, *, now: datetime, window: timedelta) -> list[IdleGpu]:
-        """Two queries: the GPUs idle over the whole window (with their peak), and their latest value."""
-        allocations = list(
-            _allocations().filter(created_at__lte=now - window)
-            .select_related("gpu__node", "workload__team").order_by("gpu__node__name", "gpu__index", "workload_id")
-        )
-        if not allocations:
+        """Two queries (the GPUs idle over the whole window with their peak, and their latest value),
+        then the allocations of only those GPUs: at 10,000 GPUs a few hundred rows, not every allocation."""
+        held = _allocations().filter(created_at__lte=now - window)
+        index = GpuIndex.of(Gpu.objects.filter(pk__in=held.values("gpu_id")))
+        if not index.by_uuid:
             return []
-        index = GpuIndex((a.gpu_id, a.gpu.uuid, a.gpu.index, a.gpu.node.name, a.gpu.node.hostname)
-                         for a in allocations)
         peak = _by_gpu(self.client.query(promql.idle_peak(window), at=now), index, clamp=True)
         latest = _by_gpu(self.client.query(promql.idle_latest(), at=now), index, clamp=True)
+        idle = peak.keys() & latest.keys()
+        if not idle:
+            return []
+        allocations = (held.filter(gpu_id__in=idle).select_related("gpu__node", "workload__team")
+                       .order_by("gpu__node__name", "gpu__index", "workload_id"))
         out, seen = [], set()
         for alloc in allocations:
-            if alloc.gpu_id not in peak or alloc.gpu_id not in latest or (alloc.gpu_id, alloc.workload_id) in seen:
+            if (alloc.gpu_id, alloc.workload_id) in seen:
                 continue
             seen.add((alloc.gpu_id, alloc.workload_id))
             out.append(IdleGpu(
