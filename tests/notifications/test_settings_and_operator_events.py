@@ -33,10 +33,10 @@ def test_operators_hear_of_cordons_and_tickets_and_team_members_do_not(operator,
     with django_capture_on_commit_callbacks(execute=True):
         node_cordon(node=node, reason="fan noise", actor=Actor.for_user(operator))
     with django_capture_on_commit_callbacks(execute=True):
-        ticket_open(node=node, evidence="XID 79 on gpu2", actor=Actor.automation("health"))
+        ticket, _ = ticket_open(node=node, evidence="XID 79 on gpu2", actor=Actor.automation("health"))
 
     assert [h["subject"] for _, h in webhook_receiver.received] == [
-        "Node n3 cordoned", "Repair ticket #1 for n3: opened"]
+        "Node n3 cordoned", f"Repair ticket #{ticket.pk} for n3: opened"]
     assert webhook_receiver.received[0][1]["text"] == "olga cordoned node n3: fan noise"
     assert set(Delivery.objects.values_list("user__username", flat=True)) == {"olga"}
 
