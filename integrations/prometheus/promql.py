@@ -13,16 +13,28 @@ QUEUE_UTILISED = "fleetdeck:queue_flavor_utilised_gpus:sum"
 IDLE_BELOW = 0.05
 
 
+def _regex_literal(text: str) -> str:
+    """`text` as a regular expression matching only itself, inside a PromQL double-quoted string
+    (where a regex backslash is written twice)."""
+    return "".join(c if c.isalnum() or c in "_-" else "\\\\" + c for c in text)
+
+
 def idle_latest() -> str:
     return f"{SM_ACTIVE} < {IDLE_BELOW}"
 
 
-def idle_peak(window: timedelta) -> str:
+def idle_peak(window: timedelta, uuids: list[str] | None = None) -> str:
     """GPUs whose highest SM activity over `window` stayed under 5 %, and whose series reaches back to
-    (almost) the window's start: one missed scrape or rule evaluation at the start is allowed."""
+    (almost) the window's start: one missed scrape or rule evaluation at the start is allowed.
+
+    With `uuids` (the GPUs idle right now), only their series are read over the window: the range
+    function then costs the idle GPUs' samples, not the whole fleet's."""
     window_ms = max(1000, int(window.total_seconds() * 1000))
     reach_ms = max(window_ms - 120_000, window_ms * 9 // 10)
-    return f"max_over_time({SM_ACTIVE}[{window_ms}ms]) < {IDLE_BELOW} and {SM_ACTIVE} offset {reach_ms}ms"
+    selector = SM_ACTIVE
+    if uuids:
+        selector += '{UUID=~"' + "|".join(_regex_literal(u) for u in uuids) + '"}'
+    return f"max_over_time({selector}[{window_ms}ms]) < {IDLE_BELOW} and {selector} offset {reach_ms}ms"
 
 
 def queue_utilised_hourly(queue_ids: list[int]) -> str:

@@ -87,14 +87,20 @@ class PrometheusTelemetry:
         }
 
     def idle_allocated(self, *, now: datetime, window: timedelta) -> list[IdleGpu]:
-        """Two queries (the GPUs idle over the whole window with their peak, and their latest value),
-        then the allocations of only those GPUs: at 10,000 GPUs a few hundred rows, not every allocation."""
+        """Two queries (the allocated GPUs idle now, then the peak over the window of only those), then
+        the allocations of the GPUs idle all along: at 10,000 GPUs a few hundred rows, not all of them."""
         held = _allocations().filter(created_at__lte=now - window)
         index = GpuIndex.of(Gpu.objects.filter(pk__in=held.values("gpu_id")))
         if not index.by_uuid:
             return []
-        peak = _by_gpu(self.client.query(promql.idle_peak(window), at=now), index, clamp=True)
-        latest = _by_gpu(self.client.query(promql.idle_latest(), at=now), index, clamp=True)
+        samples = [x for x in self.client.query(promql.idle_latest(), at=now) if index.gpu_id(x.labels) is not None]
+        latest = _by_gpu(samples, index, clamp=True)
+        if not latest:
+            return []
+        # Only the GPUs idle now can have been idle all along; legacy series (no UUID) widen it to all.
+        uuids = [x.labels.get("UUID", "") for x in samples]
+        peak_query = promql.idle_peak(window, uuids if all(uuids) else None)
+        peak = _by_gpu(self.client.query(peak_query, at=now), index, clamp=True)
         idle = peak.keys() & latest.keys()
         if not idle:
             return []
