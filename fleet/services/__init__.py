@@ -23,11 +23,12 @@ from .nodes import (
     node_state_move,
     node_uncordon,
     node_update,
+    nodes_heartbeat_record,
 )
 
 __all__ = [
     "PARKING_INDEX", "TRANSITIONS", "GpuReconcileResult", "GpuWanted", "ImportResult", "KindCounts", "Mover",
     "NodeStateConflict", "Retire", "fleet_import", "gpu_health_set", "gpu_pci_bus_id_set", "gpus_reconcile",
     "node_cordon", "node_create", "node_heartbeat_record", "node_hostname_set", "node_labels_set",
-    "node_state_move", "node_uncordon", "node_update",
+    "node_state_move", "node_uncordon", "node_update", "nodes_heartbeat_record",
 ]

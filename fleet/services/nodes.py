@@ -7,12 +7,13 @@ locks the row, writes the new state and its audit row in one transaction. `node_
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -67,6 +68,7 @@ _WHY_NOT: dict[tuple[NodeState, NodeState | None], str] = {
        for state in (S.IN_REPAIR, S.BURN_IN)},
     (S.DRAINING, None): "wait for the drain to finish or cancel it first",
 }
+_IDS_PER_STATEMENT = 900  # under SQLite's 999 bound parameters of old builds
 _STATE_FIELDS = ["state", "cordon_reason", "cordoned_by", "cordoned_at"]
 
 
@@ -191,6 +193,37 @@ def node_heartbeat_record(*, node: Node, at: datetime) -> None:
     report and moves no state; runs in the caller's transaction."""
     Node.objects.filter(pk=node.pk).update(last_heartbeat=at)
     node.last_heartbeat = at
+
+
+def nodes_heartbeat_record(*, pks: Sequence[int], at: datetime) -> set[int]:
+    """Stamps the last report of many nodes at once (a batch of telemetry): the nodes (ids in ascending
+    order) that exist and are not `unknown`, whose ids it returns. One statement per chunk, which takes
+    their row locks (in id order on PostgreSQL, so two batches cannot deadlock). Not audited, like
+    node_heartbeat_record; runs in the caller's transaction."""
+    quote = connection.ops.quote_name
+    meta = Node._meta
+    table, pk = quote(meta.db_table), quote(meta.pk.column)
+    heartbeat, state = quote(meta.get_field("last_heartbeat").column), quote(meta.get_field("state").column)
+    when = connection.ops.adapt_datetimefield_value(at)
+    touched: set[int] = set()
+    with connection.cursor() as cursor:
+        for start in range(0, len(pks), _IDS_PER_STATEMENT):
+            chunk = list(pks[start:start + _IDS_PER_STATEMENT])
+            if connection.vendor == "postgresql":
+                cursor.execute(
+                    f"WITH locked AS (SELECT {pk} FROM {table} WHERE {pk} = ANY(%s) AND {state} <> %s "
+                    f"ORDER BY {pk} FOR UPDATE) UPDATE {table} SET {heartbeat} = %s FROM locked "
+                    f"WHERE {table}.{pk} = locked.{pk} RETURNING {table}.{pk}",
+                    [chunk, NodeState.UNKNOWN, when],
+                )
+            else:
+                cursor.execute(
+                    f"UPDATE {table} SET {heartbeat} = %s WHERE {pk} IN ({', '.join(['%s'] * len(chunk))}) "
+                    f"AND {state} <> %s RETURNING {pk}",
+                    [when, *chunk, NodeState.UNKNOWN],
+                )
+            touched.update(row[0] for row in cursor.fetchall())
+    return touched
 
 
 def node_hostname_set(*, node: Node, hostname: str, actor: Actor, reason: str) -> bool:

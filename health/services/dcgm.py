@@ -17,8 +17,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from core.actors import Actor
-from fleet.choices import NodeState
 from fleet.models import Gpu, Node
+from fleet.services import nodes_heartbeat_record
 from health.choices import EventSource
 from health.core import dcgm, policy
 from health.models import WHOLE_GPU
@@ -215,7 +215,7 @@ def _ingest_healthy(items: Sequence[tuple[Node, list[dcgm.DcgmSample]]], *, now:
     """Store healthy readings of many nodes in one transaction; None for a node that is missing or
     `unknown` (touched by nothing here: the caller sends it down the locked path)."""
     with transaction.atomic():
-        live = _nodes_touch(sorted({node.pk for node, _ in items}), now)
+        live = nodes_heartbeat_record(pks=sorted({node.pk for node, _ in items}), at=now)
         gpus_of = _nodes_gpus(live)
         outcomes: list[DcgmOutcome | None] = []
         rows: list[ReadingRow] = []
@@ -230,36 +230,6 @@ def _ingest_healthy(items: Sequence[tuple[Node, list[dcgm.DcgmSample]]], *, now:
             outcomes.append(DcgmOutcome(readings=readings, matched=matched, stored=len(node_rows)))
         readings_store(rows=rows, source=EventSource.DCGM, now=now)
     return outcomes
-
-
-def _nodes_touch(pks: Sequence[int], now: datetime) -> set[int]:
-    """Set last_heartbeat of the nodes (ids in ascending order) that exist and are not `unknown`, and
-    return their ids: one statement, which takes their row locks (in id order on PostgreSQL, so two
-    batches cannot deadlock)."""
-    quote = connection.ops.quote_name
-    meta = Node._meta
-    table, pk = quote(meta.db_table), quote(meta.pk.column)
-    heartbeat, state = quote(meta.get_field("last_heartbeat").column), quote(meta.get_field("state").column)
-    when = connection.ops.adapt_datetimefield_value(now)
-    touched: set[int] = set()
-    with connection.cursor() as cursor:
-        for start in range(0, len(pks), _IDS_PER_STATEMENT):
-            chunk = list(pks[start:start + _IDS_PER_STATEMENT])
-            if connection.vendor == "postgresql":
-                cursor.execute(
-                    f"WITH locked AS (SELECT {pk} FROM {table} WHERE {pk} = ANY(%s) AND {state} <> %s "
-                    f"ORDER BY {pk} FOR UPDATE) UPDATE {table} SET {heartbeat} = %s FROM locked "
-                    f"WHERE {table}.{pk} = locked.{pk} RETURNING {table}.{pk}",
-                    [chunk, NodeState.UNKNOWN, when],
-                )
-            else:
-                cursor.execute(
-                    f"UPDATE {table} SET {heartbeat} = %s WHERE {pk} IN ({', '.join(['%s'] * len(chunk))}) "
-                    f"AND {state} <> %s RETURNING {pk}",
-                    [when, *chunk, NodeState.UNKNOWN],
-                )
-            touched.update(row[0] for row in cursor.fetchall())
-    return touched
 
 
 def _nodes_gpus(pks: set[int]) -> dict[int, tuple[dict[str, Gpu], dict[int, Gpu]]]:
