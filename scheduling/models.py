@@ -482,7 +482,6 @@ class PlacementRound(models.Model):
     admitted = models.PositiveIntegerField(default=0)
     dropped = models.PositiveIntegerField(default=0, help_text="Admissions whose GPUs were taken meanwhile")
     preempted = models.PositiveIntegerField(default=0)
-    stopped_hard = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["-started_at", "-id"]
