@@ -48,6 +48,10 @@ GPU_KEYS = {
 }
 MIG_KEYS = {"profile", "gi_id", "uuid"}
 MAX_GPUS_PER_NODE = 64
+# A file with thousands of bad nodes would otherwise print one line per problem without end;
+# the first ones say what is wrong, the count says how much.
+MAX_ERRORS = 50
+MORE_PREFIX = "… and "
 
 
 class FleetFileError(ValueError):
@@ -136,6 +140,24 @@ class FleetSpec:
 # --- reading ----------------------------------------------------------------------------------
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """The safe loader, refusing anchors and aliases: an inventory never needs them, and a
+    few hundred bytes of nested aliases ("billion laughs") expand to millions of values."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"YAML aliases (*{event.anchor}) are not allowed in a fleet file", event.start_mark
+            )
+        event = self.peek_event()
+        if getattr(event, "anchor", None) is not None:
+            raise yaml.composer.ComposerError(
+                None, None, f"YAML anchors (&{event.anchor}) are not allowed in a fleet file", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+
 def parse_fleet_text(text: str, *, name: str = "<input>") -> Any:
     """YAML or JSON, chosen by the file name's extension, else by the content."""
     suffix = Path(name).suffix.lower()
@@ -143,7 +165,9 @@ def parse_fleet_text(text: str, *, name: str = "<input>") -> Any:
     try:
         if as_json:
             return json.loads(text)
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_NoAliasLoader)
+    except RecursionError as exc:
+        raise FleetFileError(f"{name}: nested too deeply") from exc
     except json.JSONDecodeError as exc:
         raise FleetFileError(f"{name}: invalid JSON: {exc}") from exc
     except yaml.YAMLError as exc:
@@ -169,6 +193,8 @@ class _Checker:
 
     def __init__(self, known_spines: Iterable[str], known_racks: Iterable[str]) -> None:
         self.errors: list[str] = []
+        # Every problem is counted; only the first MAX_ERRORS are kept as messages.
+        self.count = 0
         self.known_spines = set(known_spines)
         self.known_racks = set(known_racks)
         self.flavors: dict[str, tuple[str, int]] = {}
@@ -176,7 +202,13 @@ class _Checker:
         self.mig_uuids: dict[str, str] = {}
 
     def error(self, path: str, message: str) -> None:
-        self.errors.append(f"{path}: {message}")
+        self.count += 1
+        if self.count <= MAX_ERRORS:
+            self.errors.append(f"{path}: {message}")
+
+    def messages(self) -> list[str]:
+        extra = self.count - len(self.errors)
+        return self.errors + ([f"{MORE_PREFIX}{extra} more error(s)"] if extra else [])
 
     # Scalar helpers return None after recording an error, so callers can keep going.
 
@@ -203,6 +235,9 @@ class _Checker:
             return None
         if len(value) > max_length:
             self.error(f"{path}.{key}", f"longer than {max_length} characters")
+            return None
+        if "\x00" in value:
+            self.error(f"{path}.{key}", "contains a NUL character")
             return None
         if pattern is not None and value and not pattern.match(value):
             self.error(f"{path}.{key}", f"{value!r} is not a valid {what or key}")
@@ -280,7 +315,7 @@ class _Checker:
         spines = self.spines(data.get("spines"))
         racks = self.racks(data.get("racks"), {s.name for s in spines} | self.known_spines)
         nodes = self.nodes(data.get("nodes"), {r.name for r in racks} | self.known_racks)
-        if self.errors:
+        if self.count:
             return None
         return FleetSpec(spines=tuple(spines), racks=tuple(racks), nodes=tuple(nodes), flavors=dict(self.flavors))
 
@@ -321,7 +356,7 @@ class _Checker:
         return out
 
     def node(self, path: str, obj: Mapping, racks: set[str]) -> NodeSpec | None:
-        before = len(self.errors)
+        before = self.count
         self.keys(path, obj, NODE_KEYS)
         name = self.string(path, obj, "name", required=True, max_length=64, pattern=NAME_RE, what="name")
         rack = self.string(path, obj, "rack", required=True, max_length=64)
@@ -336,11 +371,15 @@ class _Checker:
         nvlink_domain = self.string(path, obj, "nvlink_domain", max_length=128)
         exporter_url = self.string(path, obj, "exporter_url", max_length=200, pattern=URL_RE, what="http(s) URL")
         gpu_count = self.integer(path, obj, "gpu_count", default=-1, maximum=MAX_GPUS_PER_NODE)
+        # Required, even if empty (`gpus: []`): a file cut off after a node's name or after
+        # `gpus:` would otherwise import that node with no GPUs.
+        if obj.get("gpus") is None:
+            self.error(f"{path}.gpus", "required (a list; `gpus: []` for a node without GPUs)")
         gpus = self.gpus(f"{path}.gpus", obj.get("gpus"))
         if gpu_count is not None and gpu_count >= 0 and gpu_count != gpus.count:
             self.error(f"{path}.gpus", f"expected {gpu_count} entries, got {gpus.count}")
         flavor = self.node_flavor(f"{path}.gpus", gpus.specs)
-        if len(self.errors) > before:
+        if self.count > before:
             return None
         return NodeSpec(
             name=name, rack=rack, hostname=hostname, pool=pool, executor=executor, cpu_cores=cpu_cores,
@@ -357,6 +396,8 @@ class _Checker:
         for key, val in value.items():
             if not isinstance(key, str) or not isinstance(val, str):
                 self.error(f"{path}.labels.{key}", "label keys and values must be strings")
+            elif "\x00" in key or "\x00" in val:
+                self.error(f"{path}.labels.{key!r}", "contains a NUL character")
         return dict(value)
 
     @dataclass
@@ -381,7 +422,7 @@ class _Checker:
         return self._Gpus(specs=specs, count=len(value) if isinstance(value, list) else 0)
 
     def gpu(self, path: str, obj: Mapping) -> GpuSpec | None:
-        before = len(self.errors)
+        before = self.count
         self.keys(path, obj, GPU_KEYS)
         uuid = self.string(path, obj, "uuid", required=True, max_length=64, pattern=GPU_UUID_RE,
                            what="GPU UUID (GPU-…)")
@@ -403,7 +444,7 @@ class _Checker:
             self.error(f"{path}.mig_instances", "MIG instances need mig_enabled: true")
         if mig_enabled and product and memory_mib and not derive_flavor(product, memory_mib).mig_capable:
             self.error(f"{path}.mig_enabled", f"{product} does not support MIG")
-        if len(self.errors) > before:
+        if self.count > before:
             return None
         return GpuSpec(
             uuid=uuid, index=index, pci_bus_id=pci_bus_id.lower(), product=product, memory_mib=memory_mib,
@@ -451,9 +492,16 @@ def check_fleet(
     file may add nodes to racks it does not list."""
     checker = _Checker(known_spines, known_racks)
     spec = checker.document(data)
-    return spec, checker.errors
+    return spec, checker.messages()
 
 
 def validate_fleet(data: Any, *, known_spines: Iterable[str] = (), known_racks: Iterable[str] = ()) -> list[str]:
     """Every problem of a fleet document, each as 'path: message'; empty when it is valid."""
     return check_fleet(data, known_spines=known_spines, known_racks=known_racks)[1]
+
+
+def error_count(messages: list[str]) -> int:
+    """How many problems a (capped) list of validation messages stands for."""
+    if messages and messages[-1].startswith(MORE_PREFIX):
+        return len(messages) - 1 + int(messages[-1][len(MORE_PREFIX):].split()[0])
+    return len(messages)

@@ -13,10 +13,26 @@ from django.db import models, transaction
 
 from core.actors import Actor
 from core.audit import audit_record
-from fleet.importer import FleetSpec, check_fleet
-from fleet.models import GpuFlavor, Node, Rack, Spine
+from fleet.importer import FleetSpec, NodeSpec, check_fleet
+from fleet.models import Gpu, GpuFlavor, Node, Rack, Spine
 
 from .gpus import GpuWanted, Retire, gpus_reconcile
+
+# Bound parameters per query, under SQLite's smallest SQLITE_MAX_VARIABLE_NUMBER (999): a
+# 60,000-node file must not become one `name IN (...)` of 60,000 values.
+BATCH = 900
+
+
+def _chunks(values: list, size: int = BATCH) -> Iterable[list]:
+    for start in range(0, len(values), size):
+        yield values[start:start + size]
+
+
+def _by_name(queryset: models.QuerySet, names: Iterable[str]) -> dict[str, models.Model]:
+    out: dict[str, models.Model] = {}
+    for chunk in _chunks(sorted(set(names))):
+        out.update({obj.name: obj for obj in queryset.filter(name__in=chunk)})
+    return out
 
 # --- import -----------------------------------------------------------------------------------
 
@@ -121,28 +137,28 @@ class _Importer:
         return self.result
 
     def spines(self) -> dict[str, Spine]:
-        existing = {s.name: s for s in Spine.objects.filter(name__in=[s.name for s in self.spec.spines])}
+        existing = _by_name(Spine.objects.all(), [s.name for s in self.spec.spines])
         for spec in self.spec.spines:
             existing[spec.name] = self.upsert("spines", Spine, {"name": spec.name}, {}, existing.get(spec.name))
         wanted = {r.spine for r in self.spec.racks if r.spine} - set(existing)
-        existing.update({s.name: s for s in Spine.objects.filter(name__in=wanted)})
+        existing.update(_by_name(Spine.objects.all(), wanted))
         return existing
 
     def racks(self, spines: dict[str, Spine]) -> dict[str, Rack]:
-        existing = {r.name: r for r in Rack.objects.filter(name__in=[r.name for r in self.spec.racks])}
+        existing = _by_name(Rack.objects.all(), [r.name for r in self.spec.racks])
         for spec in self.spec.racks:
             spine = spines[spec.spine] if spec.spine else None
             existing[spec.name] = self.upsert(
                 "racks", Rack, {"name": spec.name}, {"spine": spine}, existing.get(spec.name)
             )
         wanted = {n.rack for n in self.spec.nodes} - set(existing)
-        existing.update({r.name: r for r in Rack.objects.filter(name__in=wanted)})
+        existing.update(_by_name(Rack.objects.all(), wanted))
         return existing
 
     def flavors(self) -> dict[str, GpuFlavor]:
         # A flavor's product and memory are its first sighting's; later imports never rename a
         # flavor that quotas already point at.
-        existing = {f.name: f for f in GpuFlavor.objects.filter(name__in=list(self.spec.flavors))}
+        existing = _by_name(GpuFlavor.objects.all(), self.spec.flavors)
         for name, (product, memory_mib) in self.spec.flavors.items():
             if name in existing:
                 self.result.by_kind["flavors"].unchanged += 1
@@ -155,7 +171,7 @@ class _Importer:
     def nodes(self, racks: dict[str, Rack], flavors: dict[str, GpuFlavor]) -> dict[str, Node]:
         names = [n.name for n in self.spec.nodes]
         # Locked in name order, the order every multi-node writer uses, to avoid deadlocks.
-        existing = {n.name: n for n in Node.objects.select_for_update().filter(name__in=names).order_by("name")}
+        existing = _by_name(Node.objects.select_for_update().order_by("name"), names)
         for spec in self.spec.nodes:
             values = {
                 "rack": racks[spec.rack],
@@ -169,19 +185,52 @@ class _Importer:
         """A listed node's GPUs are exactly the file's: GPUs may move between listed nodes, and
         those missing are removed (refused for GPUs with allocation records)."""
         where = {nodes[n.name].pk: f"nodes[{i}].gpus" for i, n in enumerate(self.spec.nodes)}
-        done = gpus_reconcile(
-            wanted=[
-                (nodes[n.name], [GpuWanted(uuid=g.uuid, index=g.index, fields=g.fields()) for g in n.gpus])
-                for n in self.spec.nodes
-            ],
-            actor=self.actor, reason=self.reason, retire=Retire.DELETE, moves=True,
-            where=lambda node: where.get(node.pk, "gpus"),
-        )
         counts = self.result.by_kind["gpus"]
-        counts.created += done.created
-        counts.updated += done.updated + done.identified
-        counts.unchanged += done.unchanged
-        counts.removed += done.removed
+        for group in self.groups():
+            done = gpus_reconcile(
+                wanted=[
+                    (nodes[n.name], [GpuWanted(uuid=g.uuid, index=g.index, fields=g.fields()) for g in n.gpus])
+                    for n in group
+                ],
+                actor=self.actor, reason=self.reason, retire=Retire.DELETE, moves=True,
+                where=lambda node: where.get(node.pk, "gpus"),
+            )
+            counts.created += done.created
+            counts.updated += done.updated + done.identified
+            counts.unchanged += done.unchanged
+            counts.removed += done.removed
+
+    def groups(self) -> list[list[NodeSpec]]:
+        """The listed nodes in reconcile batches of at most ~BATCH GPUs and nodes. Nodes that
+        swap GPUs stay in one batch: reconciled apart, the first would delete as missing a GPU
+        the second still lists."""
+        spec_of = {n.name: n for n in self.spec.nodes}
+        parent = {name: name for name in spec_of}
+
+        def root(name: str) -> str:
+            while parent[name] != name:
+                parent[name] = parent[parent[name]]
+                name = parent[name]
+            return name
+
+        wanted_on = {g.uuid: n.name for n in self.spec.nodes for g in n.gpus}
+        for chunk in _chunks(list(wanted_on)):
+            for uuid, current in Gpu.objects.filter(uuid__in=chunk).values_list("uuid", "node__name"):
+                if current in spec_of and current != wanted_on[uuid]:
+                    parent[root(current)] = root(wanted_on[uuid])
+        linked: dict[str, list[NodeSpec]] = {}
+        for spec in self.spec.nodes:
+            linked.setdefault(root(spec.name), []).append(spec)
+        groups: list[list[NodeSpec]] = []
+        size = BATCH
+        for component in linked.values():
+            weight = sum(1 + len(n.gpus) for n in component)
+            if size + weight > BATCH:
+                groups.append([])
+                size = 0
+            groups[-1].extend(component)
+            size += weight
+        return groups
 
 
 def _names(model: type[models.Model]) -> Iterable[str]:

@@ -63,7 +63,7 @@ def test_it_lists_every_problem_at_once():
     doc["spines"].append({"name": "s1"})
     doc["racks"][1]["spine"] = "s9"
     doc["nodes"][1]["name"] = "n1"
-    doc["nodes"][0]["executor"] = "kubernetes"
+    doc["nodes"][0]["executor"] = "nomad"
     doc["nodes"][0]["cpu_cores"] = "many"
     doc["nodes"][0]["gpus"][1]["uuid"] = doc["nodes"][0]["gpus"][0]["uuid"]
     doc["nodes"][1]["gpus"][1]["index"] = 0
@@ -74,7 +74,7 @@ def test_it_lists_every_problem_at_once():
         "colour: unknown top-level key (allowed: nodes, racks, spines)",
         "spines[1].name: duplicate spine name 's1' (also spines[0].name)",
         "racks[1].spine: unknown spine 's9'",
-        "nodes[0].executor: 'kubernetes' is not one of simulated, slurm",
+        "nodes[0].executor: 'nomad' is not one of simulated, slurm, kubernetes",
         "nodes[0].cpu_cores: expected an integer, got str",
         "nodes[0].gpus[1].uuid: duplicate GPU uuid 'GPU-n1-0000' (also nodes[0].gpus[0].uuid)",
         "nodes[1].gpus[0].wattage: unknown key (allowed: index, memory_mib, mig_enabled, mig_instances, "
@@ -321,3 +321,110 @@ def test_the_service_validates_too():
         import_doc(doc)
     assert exc.value.messages == ["nodes[0].rack: unknown rack 'nowhere'"]
     assert not Node.objects.exists()
+
+
+# --- hostile and careless files (issue 14 §2) --------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_truncated_file_imports_nothing(tmp_path, capsys):
+    """Cut off after a node's `gpus:` key, the file used to import that node with no GPUs."""
+    text = yaml.safe_dump(fleet_doc("n1", "n2", gpus=2), sort_keys=False)
+    cut = text[: text.rindex("gpus:") + len("gpus:")] + "\n"
+    path = tmp_path / "cut.yaml"
+    path.write_text(cut)
+    with pytest.raises(CommandError, match=r"2 error\(s\); nothing was imported"):
+        call_command("import_fleet", str(path))
+    assert capsys.readouterr().err.splitlines() == [
+        "nodes[1].gpus: required (a list; `gpus: []` for a node without GPUs)",
+        "nodes[1].gpus: expected 2 entries, got 0",
+    ]
+    assert not Node.objects.exists()
+
+
+def test_a_node_without_gpus_says_so_explicitly():
+    doc = fleet_doc("n1", gpus=0)
+    del doc["nodes"][0]["gpu_count"]
+    assert validate_fleet(doc) == []
+    del doc["nodes"][0]["gpus"]
+    assert validate_fleet(doc) == ["nodes[0].gpus: required (a list; `gpus: []` for a node without GPUs)"]
+
+
+ALIAS_BOMB = "\n".join(
+    ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    + [f"{chr(98 + i)}: &{chr(98 + i)} [{','.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)]
+    + ["nodes: [*i]"]
+)
+
+
+@pytest.mark.django_db
+def test_a_yaml_alias_bomb_is_refused_in_one_line(tmp_path, capsys):
+    assert len(ALIAS_BOMB) < 800  # 9**9 = 387 million strings once expanded
+    path = tmp_path / "bomb.yaml"
+    path.write_text(ALIAS_BOMB)
+    with pytest.raises(CommandError, match=r"invalid YAML: .*anchors \(&a\) are not allowed"):
+        call_command("import_fleet", str(path))
+    assert capsys.readouterr().err == ""
+
+
+def test_aliases_are_refused_even_when_small():
+    with pytest.raises(FleetFileError, match=r"aliases \(\*r\) are not allowed"):
+        parse_fleet_text("racks: [{name: r1}]\nnodes: [{rack: *r}]", name="f.yaml")
+
+
+def test_a_deeply_nested_file_is_a_clear_error():
+    with pytest.raises(FleetFileError, match="nested too deeply"):
+        parse_fleet_text("[" * 100_000 + "]" * 100_000, name="deep.json")
+
+
+@pytest.mark.django_db
+def test_errors_are_capped_at_fifty_and_counted(tmp_path, capsys):
+    doc = fleet_doc(*[f"n{i}" for i in range(120)], gpus=1)
+    for node in doc["nodes"]:
+        node["rack"] = "r9"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(CommandError, match=r"120 error\(s\); nothing was imported"):
+        call_command("import_fleet", str(path))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[:2] == ["nodes[0].rack: unknown rack 'r9'", "nodes[1].rack: unknown rack 'r9'"]
+    assert lines[50:] == ["… and 70 more error(s)"]
+
+
+@pytest.mark.django_db
+def test_nul_characters_are_refused_before_the_database_sees_them():
+    doc = fleet_doc("n1", gpus=1)
+    doc["nodes"][0]["hostname"] = "n1\x00"
+    doc["nodes"][0]["labels"] = {"zone": "a\x00"}
+    assert validate_fleet(doc) == [
+        "nodes[0].hostname: contains a NUL character",
+        "nodes[0].labels.'zone': contains a NUL character",
+    ]
+
+
+@pytest.mark.django_db
+def test_gpus_swapped_between_nodes_in_different_batches_keep_their_rows(monkeypatch):
+    import fleet.services.imports as imports
+
+    monkeypatch.setattr(imports, "BATCH", 4)  # two nodes of 2 GPUs per reconcile batch at most
+    doc = fleet_doc("n1", "n2", "n3", "n4", gpus=2)
+    import_doc(doc)
+    ids = dict(Gpu.objects.values_list("uuid", "pk"))
+    first, last = doc["nodes"][0]["gpus"][1], doc["nodes"][3]["gpus"][1]
+    doc["nodes"][0]["gpus"][1], doc["nodes"][3]["gpus"][1] = last, first
+    import_doc(doc)
+    assert Gpu.objects.get(uuid=first["uuid"]).node.name == "n4"
+    assert Gpu.objects.get(uuid=last["uuid"]).node.name == "n1"
+    assert dict(Gpu.objects.values_list("uuid", "pk")) == ids
+    assert not AuditEvent.objects.filter(verb="gpu.remove").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_fleet_larger_than_sqlites_variable_limit_imports():
+    """4,200 nodes of 8 GPUs: 33,600 UUIDs, past SQLite's 32,766 bound parameters per query."""
+    doc = fleet_doc(*[f"n{i:04d}" for i in range(4200)], gpus=8)
+    result = import_doc(doc)
+    assert result.by_kind["nodes"].created == 4200
+    assert Gpu.objects.count() == 33_600
+    assert import_doc(doc).changed is False

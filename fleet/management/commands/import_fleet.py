@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from core.actors import Actor
-from fleet.importer import FleetFileError, load_fleet_file
+from fleet.importer import FleetFileError, error_count, load_fleet_file
 from fleet.services import fleet_import
 
 
@@ -32,7 +32,7 @@ class Command(BaseCommand):
         except ValidationError as exc:
             for message in exc.messages:
                 self.stderr.write(message)
-            raise CommandError(f"{file}: {len(exc.messages)} error(s); nothing was imported") from exc
+            raise CommandError(f"{file}: {error_count(exc.messages)} error(s); nothing was imported") from exc
         prefix = "Dry run of" if dry_run else "Imported"
         self.stdout.write(
             f"{prefix} {file}: {result.created} created, {result.updated} updated, {result.unchanged} unchanged, "
