@@ -17,6 +17,9 @@ import time
 from multiprocessing import Pool
 from pathlib import Path
 
+import plotly.graph_objects as go  # noqa: F401  (plotly.subplots needs it loaded)
+from plotly.subplots import make_subplots
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -102,9 +105,6 @@ def main() -> int:
             sys.stderr.flush()
     wall = time.perf_counter() - started
     sys.stderr.write("\n")
-
-    import plotly.graph_objects as go  # noqa: F401  (plotly.subplots needs it loaded)
-    from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=len(variants), subplot_titles=variants, shared_yaxes=True)
     raw: dict[str, dict] = {}

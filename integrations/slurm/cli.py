@@ -10,9 +10,12 @@ import logging
 import os
 import shlex
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from django.conf import settings
 
 from . import parsers
 
@@ -215,8 +218,6 @@ def _with_exports(script: str, extra: Mapping[str, str]) -> str:
 
 
 def _write_script(script: str) -> Path:
-    import tempfile
-
     fd, name = tempfile.mkstemp(prefix="fleetdeck-", suffix=".sbatch")
     with os.fdopen(fd, "w") as handle:
         handle.write(script)
@@ -225,7 +226,6 @@ def _write_script(script: str) -> Path:
 
 def get_cli() -> SlurmCli:
     """The client configured by settings.FLEETDECK (SLURM_BIN_DIR, SLURM_COMMAND_TIMEOUT, SLURM_CONF)."""
-    from django.conf import settings
 
     conf = settings.FLEETDECK
     env = {"SLURM_CONF": conf["SLURM_CONF"]} if conf.get("SLURM_CONF") else {}

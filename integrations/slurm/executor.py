@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
+from integrations.slurm.tasks import slurm_jobs_cancel
 from scheduling.executors import Executor, ExecutorReport, ReplicaAssignment, StopRequest
 
 from .cli import SlurmCli, SlurmError, get_cli
@@ -274,7 +275,6 @@ def _cancel_later(cli: SlurmCli, ids: list[str], grace_seconds: int) -> None:
     if grace_seconds <= 0:
         cli.scancel(ids)
         return
-    from .tasks import slurm_jobs_cancel
 
     if slurm_jobs_cancel.app.conf.task_always_eager:
         timer = threading.Timer(grace_seconds, _cancel_quietly, args=(cli, ids))

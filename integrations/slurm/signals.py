@@ -10,6 +10,7 @@ from core.actors import Actor
 from fleet.choices import ExecutorKind
 from fleet.models import Node
 from fleet.signals import node_cordoned, node_uncordoned
+from integrations.slurm.tasks import slurm_node_drain, slurm_node_resume
 
 from .sync import SLURM_ACTOR, node_slurm_outcome_record
 
@@ -37,7 +38,6 @@ def _enqueue(node: Node, op: str, reason: str, actor: Actor) -> None:
         node_slurm_outcome_record(node=node, op=op, applied=False, error=DISABLED.replace("drained", op + "d"),
                                   actor=actor)
         return
-    from .tasks import slurm_node_drain, slurm_node_resume
 
     node_slurm_outcome_record(node=node, op=op, applied=None, error="", actor=actor)
     if op == "drain":

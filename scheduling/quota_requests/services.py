@@ -23,7 +23,7 @@ from core.roles import is_operator, may_act_for_team, team_ids
 from fleet.models import GpuFlavor
 from scheduling import limits
 from scheduling.choices import QuotaRequestState
-from scheduling.models import Queue, QueueQuota, QueueUsageSample, QuotaRequest
+from scheduling.models import Allocation, Queue, QueueQuota, QueueUsageSample, QuotaRequest
 from scheduling.usage import projected_nominal_sum
 
 from . import notifications, selectors
@@ -431,7 +431,6 @@ def quota_usage_sample(*, now: dt.datetime | None = None) -> int:
 def _utilised(snapshot: selectors.UsageSnapshot, now: dt.datetime) -> dict[tuple[int, int], float]:
     if _utilisation_source is None or not snapshot.lines:
         return {}
-    from scheduling.models import Allocation
 
     gpus: dict[tuple[int, int], list[tuple[int, int]]] = {}
     active = Allocation.objects.filter(released_at__isnull=True, gpu__node__flavor__isnull=False).values_list(

@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+import plotly.graph_objects as go
+
 from scheduling.replay.simulate import RunResult
 
 
@@ -65,8 +67,6 @@ def median_curve(runs: Sequence[RunResult]) -> dict[int, float]:
 
 def add_allocation_traces(fig, results: Sequence[RunResult], *, row: int | None = None, col: int | None = None,
                           legend: bool = True, published: Mapping[str, Mapping[int, float]] | None = None) -> None:
-    import plotly.graph_objects as go
-
     where = {} if row is None else {"row": row, "col": col}
     fig.add_trace(go.Scatter(x=[0, 130], y=[0, 130], mode="lines", name="ideal (everything placed)",
                              line={"dash": "dot", "color": "#999"}, legendgroup="ideal", showlegend=legend), **where)
@@ -85,7 +85,6 @@ def add_allocation_traces(fig, results: Sequence[RunResult], *, row: int | None 
 def allocation_figure(results: Sequence[RunResult], *, title: str,
                       published: Mapping[str, Mapping[int, float]] | None = None):
     """GPU allocation % against arrived workload % (of fleet GPU capacity), one line per policy."""
-    import plotly.graph_objects as go
 
     fig = go.Figure()
     add_allocation_traces(fig, results, published=published)

@@ -17,9 +17,11 @@ from datetime import datetime
 
 from django.db import connection
 
+from core.bulk import insert_rows
 from fleet.choices import GpuHealth, NodeState
 from fleet.models import Gpu, Node
 from scheduling.models import Allocation
+from scheduling.services.bulk import by_ids
 
 CHUNK = 5000  # keeps IN (...) lists well under PostgreSQL's 65535 bind parameters
 
@@ -70,8 +72,6 @@ def _lock_rows(model, pks: Iterable[int]) -> None:
 
 
 def _gpu_states(gpu_ids: list[int], node_ids: list[int]) -> dict[int, _GpuState]:
-    from .bulk import by_ids
-
     ready = set()
     for nodes in by_ids(Node.objects.filter(state=NodeState.READY), node_ids):
         ready.update(nodes.values_list("pk", flat=True))
@@ -154,7 +154,6 @@ def allocations_claim(*, claims: Sequence[GangClaim], now: datetime) -> tuple[li
 def _insert(rows: list[tuple], now: datetime) -> None:
     """Insert allocation rows; on PostgreSQL one INSERT ... SELECT FROM unnest(arrays): a round may
     create tens of thousands of rows and Django's per-value preparation dominated the commit."""
-    from core.bulk import insert_rows
 
     insert_rows(
         model=Allocation,

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count
 
 from core.validators import text_problem
-from fleet.models import GpuFlavor, Node
+from fleet.models import Gpu, GpuFlavor, Node
 from scheduling import limits
 from scheduling.choices import SharingRequest, TopologyLevel, TopologyMode, WorkloadState
 from scheduling.models import PodSet, PriorityClass, Queue, Team, Workload
@@ -161,8 +161,6 @@ def node_sizes_by_flavor() -> dict[str | None, int]:
 
 
 def _mig_profiles(flavor: GpuFlavor | None) -> set[str]:
-    from fleet.models import Gpu
-
     gpus = Gpu.objects.filter(mig_enabled=True)
     if flavor is not None:
         gpus = gpus.filter(node__flavor=flavor)

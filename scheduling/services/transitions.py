@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from django.db import transaction
+from django.utils import timezone
 
 from core.actors import Actor
+from core.bulk import insert_rows
 from scheduling.choices import WorkloadState
 from scheduling.models import Workload, WorkloadTransition
 from scheduling.signals import workloads_transitioned_on_commit
@@ -52,9 +54,6 @@ def transitions_record_bulk(*, changes: Sequence[tuple[int, str]], to_state: str
     """Record many already-claimed changes at once: (workload id, from state) pairs.
 
     For the placement round, which claims thousands of workloads with one UPDATE."""
-    from django.utils import timezone
-
-    from core.bulk import insert_rows
 
     at = timezone.now()
     insert_rows(

@@ -20,7 +20,8 @@ from core.actors import Actor
 from core.audit import audit_record, audit_record_many
 from core.roles import may_act_for_team
 from scheduling.choices import ACTIVE_STATES, FINAL_STATES, WorkloadState
-from scheduling.models import Allocation, PodSet, Preemption, Workload
+from scheduling.executors import executor_for_kind
+from scheduling.models import Allocation, PodSet, Preemption, Workload, WorkloadTransition
 
 from .allocation import allocations_release
 from .bulk import by_ids, rows_update
@@ -51,7 +52,6 @@ def workload_submit(*, spec: dict, actor: Actor, now: datetime | None = None) ->
         workload = draft.workload_row(submitted_by=_user_of(actor), now=now)
         workload.save()
         PodSet.objects.bulk_create(draft.pod_set_rows(workload))
-        from scheduling.models import WorkloadTransition
 
         WorkloadTransition.objects.create(
             workload=workload, from_state="", to_state=WorkloadState.PENDING, reason="submitted", actor=actor.label
@@ -438,8 +438,6 @@ def _close_preemptions(workload: Workload, now: datetime, *, lost: float) -> Non
 
 
 def _executor_of(workload: Workload):
-    from scheduling.executors import executor_for_kind
-
     kind = workload.executor or (
         Allocation.objects.filter(workload=workload, released_at__isnull=True)
         .values_list("node__executor", flat=True)

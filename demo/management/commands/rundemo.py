@@ -18,6 +18,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from demo.fleet import DEMO_LOGINS
+
 STOP_TIMEOUT_S = 20.0
 WEB_START_TIMEOUT_S = 60.0
 
@@ -41,7 +43,6 @@ def parse_addr(addr: str) -> tuple[str, int]:
 
 def demo_login_lines() -> list[str]:
     """One aligned line per demo user: username, password, role (and team)."""
-    from demo.fleet import DEMO_LOGINS
 
     width = max(len(login.username) for login in DEMO_LOGINS)
     pwidth = max(len(login.password) for login in DEMO_LOGINS)
