@@ -7,6 +7,7 @@ import importlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.apps import apps
 from django.db import connection
 from rest_framework.test import APIClient
 
@@ -140,8 +141,6 @@ def test_drf_tokens_from_before_the_upgrade_keep_working_for_90_days(operator, c
         cursor.execute("INSERT INTO authtoken_token VALUES (%s, %s, %s)",
                        [old_key, datetime(2025, 1, 1, tzinfo=UTC), operator.pk])
     migration = importlib.import_module("core.migrations.0003_drf_tokens_to_personal_access_tokens")
-    from django.apps import apps
-
     migration.drf_tokens_copy(apps, connection)
 
     assert "authtoken_token" not in connection.introspection.table_names()
