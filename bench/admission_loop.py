@@ -50,8 +50,10 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import multiprocessing
 import os
 import pstats
+import queue as queue_mod
 import sys
 import time
 from collections import defaultdict
@@ -59,6 +61,9 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from bench.benchdb import django_setup, drop_database, scratch_database
+
+# Django and the apps are imported inside the functions below: the benchmark picks its database (a
+# scratch one) at run time, and Django reads DATABASE_URL once, at django.setup().
 
 EPOCH = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
 SCRATCH_SUFFIX = "_admission_bench"
@@ -341,8 +346,6 @@ class RoundTrigger:
     a request made after a round's snapshot was read is taken by the next iteration."""
 
     def __init__(self, ctx=None) -> None:
-        import multiprocessing
-
         self.event = (ctx or multiprocessing.get_context("fork")).Event()
 
     def __call__(self) -> None:
@@ -477,8 +480,6 @@ def simulate_concurrent(fx: Fixture, *, speedup: float, submit: str = "bulk") ->
     """Real time, with submissions in a process of their own (the web API in production, the
     generator in Kueue's benchmark) and executor ticks + rounds back to back in this one (the
     Celery worker)."""
-    import multiprocessing
-
     from django.db import connections
 
     connections.close_all()  # the forked process opens its own connection
@@ -731,8 +732,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile or args.keep:
         print("error: --profile and --keep take a single --speedup", file=sys.stderr)
         return 2
-    import multiprocessing
-
     ctx = multiprocessing.get_context("fork")  # each run sets Django up in a child, on a fresh database
     outcomes = []
     for speedup in args.speedup:
@@ -776,12 +775,10 @@ def sweep_table(outcomes: list[tuple[float, Outcome]]) -> str:
 
 def _outcome_of(child, results) -> Outcome | None:
     """The child's Outcome, or None once it has died without one (killed, out of memory)."""
-    import queue
-
     while True:
         try:
             return results.get(timeout=5)
-        except queue.Empty:
+        except queue_mod.Empty:
             if not child.is_alive():
                 return None
 

@@ -6,13 +6,13 @@ import sys
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
+import psycopg
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def scratch_database(url: str, *, suffix: str) -> str:
     """Create an empty database named after the one in `url` plus `suffix`; return its URL."""
-    import psycopg
-
     parsed = urlparse(url)
     if parsed.scheme not in ("postgres", "postgresql"):
         raise SystemExit("error: this benchmark runs on PostgreSQL: set DATABASE_URL=postgres://...")
@@ -24,8 +24,6 @@ def scratch_database(url: str, *, suffix: str) -> str:
 
 
 def drop_database(url: str) -> None:
-    import psycopg
-
     with psycopg.connect(_admin_url(url), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{urlparse(url).path.lstrip("/")}" WITH (FORCE)')
 
@@ -36,7 +34,8 @@ def django_setup(url: str) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     sys.path.insert(0, str(ROOT))
-    import django
+    import django  # after DATABASE_URL is set: settings read it once, at setup
+
 
     django.setup()
     from django.core.management import call_command

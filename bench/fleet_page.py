@@ -10,6 +10,7 @@ baseline: the same page built the obvious way, with queries per node."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -18,6 +19,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
+
+# Django and the apps are imported inside the functions below: the benchmark builds its own database
+# (SQLite in a temporary folder, or a scratch PostgreSQL one) before django.setup() reads the settings.
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -118,8 +122,6 @@ def naive_fleet_overview():
 def naive_node_list(limit: int = 500) -> bytes:
     """GET /api/v1/nodes/ without select_related or annotations: every node reads its own
     rack, spine, flavor and GPU counts."""
-    import json
-
     from fleet.models import Node
 
     items = []

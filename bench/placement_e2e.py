@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 from bench.benchdb import django_setup, drop_database, scratch_database
 
+# Django and the apps are imported inside the functions below: the benchmark creates a scratch
+# database at run time, and Django reads DATABASE_URL once, at django.setup().
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -6,6 +6,7 @@ class FleetConfig(AppConfig):
     verbose_name = "Fleet inventory"
 
     def ready(self) -> None:
+        # Imported here, not at module top: models and services load only once the app registry is ready.
         from core.metrics import register_collector
 
         from .metrics import collect_inventory

@@ -6,6 +6,7 @@ class HealthConfig(AppConfig):
     verbose_name = "Health"
 
     def ready(self) -> None:
+        # Imported here, not at module top: models and services load only once the app registry is ready.
         from core.metrics import register_collector
         from fleet.hooks import register_uncordon_gate
         from scheduling.quota_requests.selectors import register_utilised_history

@@ -6,6 +6,7 @@ class SchedulingConfig(AppConfig):
     verbose_name = "Scheduling"
 
     def ready(self) -> None:
+        # Imported here, not at module top: models and services load only once the app registry is ready.
         from core.metrics import register_collector
         from core.roles import register_team_ids_source
         from fleet.hooks import register_allocations

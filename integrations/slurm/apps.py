@@ -7,6 +7,7 @@ class SlurmConfig(AppConfig):
     verbose_name = "Slurm back-end"
 
     def ready(self) -> None:
+        # Imported here, not at module top: models and services load only once the app registry is ready.
         # Mirror cordons into Slurm and run gangs placed on Slurm nodes.
         from scheduling.executors import register_executor
 
