@@ -613,19 +613,69 @@ def _nodes_from_sinfo_group(group: dict[str, Any]) -> list[SlurmNode]:
 # --- sinfo tables and sinfo -R ---------------------------------------------------------------
 
 
-def parse_sinfo_table(text: str) -> list[dict[str, str]]:
-    """Plain `sinfo` output with a header row (default or `-o` formats whose values hold no
-    spaces) -> one dict per row keyed by the header names."""
+# sinfo(1) `-o` field specifiers -> the header sinfo prints for them.
+SINFO_FIELDS = {
+    "a": "AVAIL", "A": "NODES(A/I)", "c": "CPUS", "C": "CPUS(A/I/O/T)", "d": "TMP_DISK", "D": "NODES",
+    "e": "FREE_MEM", "E": "REASON", "f": "AVAIL_FEATURES", "F": "NODES(A/I/O/T)", "g": "GROUPS",
+    "G": "GRES", "h": "OVERSUBSCRIBE", "H": "TIMESTAMP", "l": "TIMELIMIT", "L": "DEFAULTTIME",
+    "m": "MEMORY", "M": "PREEMPT_MODE", "n": "HOSTNAMES", "N": "NODELIST", "o": "NODE_ADDR",
+    "O": "CPU_LOAD", "p": "PRIO_TIER", "P": "PARTITION", "r": "ROOT", "R": "PARTITION", "s": "JOB_SIZE",
+    "S": "ALLOCNODES", "t": "STATE", "T": "STATE", "u": "USER", "U": "USER", "v": "VERSION",
+    "w": "WEIGHT", "X": "SOCKETS", "Y": "CORES", "Z": "THREADS", "z": "S:C:T",
+}
+# The formats sinfo uses without -o (sinfo(1) "-o" defaults).
+SINFO_DEFAULT_FORMAT = "%#P %.5a %.10l %.6D %.6t %N"
+SINFO_NODE_LONG_FORMAT = "%#N %.6D %#P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E"
+_FORMAT_FIELD = re.compile(r"%[.#]?\d*([A-Za-z])")
+# A header cell: upper case, `_`, and sinfo's `(A/I/O/T)` or `S:C:T` forms; data rows always
+# hold a lower-case state or a number, so a header is told from a row without a format.
+_HEADER_CELL = re.compile(r"^(?:[A-Z][A-Z_]*(?:\([A-Z/]+\))?|S:C:T)$")
+# `sinfo --long` prints the time first: "Tue Dec  1 20:20:41 2026".
+_TIME_LINE = re.compile(r"^[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4}$")
+# Columns of free text (spaces inside); only ever read as the last column.
+_FREE_TEXT = frozenset({"REASON"})
+
+
+def sinfo_columns(fmt: str) -> list[str]:
+    """The headers an `sinfo -o FORMAT` prints, in order ("%P %.5a %N" -> PARTITION AVAIL NODELIST)."""
+    specs = _FORMAT_FIELD.findall(fmt)
+    unknown = [s for s in specs if s not in SINFO_FIELDS]
+    if not specs or unknown:
+        raise SlurmParseError(f"unsupported sinfo format {fmt!r}" + (f" (field %{unknown[0]})" if unknown else ""))
+    return [SINFO_FIELDS[s] for s in specs]
+
+
+def parse_sinfo_table(text: str, *, fmt: str | None = None) -> list[dict[str, str]]:
+    """Plain `sinfo` output (default, `--long`, `--Node --long` or `-o` formats whose values hold
+    no spaces, except a REASON last) -> one dict per row keyed by the header names.
+
+    Output without a header (`sinfo -h`, `--noheader`, a pasted fragment) is read with the
+    columns of `fmt`, the format it was asked with; without one it is refused, because taking
+    the first row for a header loses that row and misreads the rest."""
     lines = [line for line in text.splitlines() if line.strip()]
+    if lines and _TIME_LINE.match(lines[0].strip()):
+        lines = lines[1:]
     if not lines:
         return []
-    header = lines[0].split()
+    first = lines[0].split()
+    if all(_HEADER_CELL.match(cell) for cell in first):
+        # sinfo cuts headers to the column width (AVAIL_FE), so only their number is compared.
+        header, body = first, lines[1:]
+        if fmt is not None and len(header) != len(sinfo_columns(fmt)):
+            raise SlurmParseError(f"sinfo header {' '.join(header)!r} does not have the columns of {fmt!r}")
+    elif fmt is not None:
+        header, body = sinfo_columns(fmt), lines
+    else:
+        raise SlurmParseError(
+            f"sinfo output has no header row (sinfo -h?); give the format it was run with: {lines[0]!r}"
+        )
+    rest = len(header) - 1 if header[-1] in _FREE_TEXT else -1
     rows: list[dict[str, str]] = []
-    for line in lines[1:]:
-        values = line.split()
+    for number, line in enumerate(body, start=1):
+        values = line.split(None, rest) if rest >= 0 else line.split()
         if len(values) != len(header):
-            raise SlurmParseError(f"sinfo row has {len(values)} columns, header {len(header)}: {line!r}")
-        rows.append(dict(zip(header, values, strict=True)))
+            raise SlurmParseError(f"sinfo row {number} has {len(values)} columns, header {len(header)}: {line!r}")
+        rows.append(dict(zip(header, (v.strip() for v in values), strict=True)))
     return rows
 
 

@@ -367,3 +367,59 @@ COVERED = [
     "sinfo_soperator_h100x8_2nodes_idle.txt",
     "config_llm-jp-sakura_h100x8_slurm-conf-nodes_and_gres-conf.txt",
 ]
+
+
+# --- sinfo tables without a header, and --Node --long (issue 14 §3) ----------------------------
+
+NO_HEADER = (
+    "main*         up   infinite      2   idle worker-[0-1]\n"
+    "background    up   infinite      2   idle worker-[0-1]\n"
+)
+
+
+def test_sinfo_without_a_header_is_refused_rather_than_losing_its_first_row():
+    with pytest.raises(p.SlurmParseError, match=r"no header row \(sinfo -h\?\)"):
+        p.parse_sinfo_table(NO_HEADER)
+    with pytest.raises(p.SlurmParseError, match="no header row"):
+        p.parse_sinfo_table(NO_HEADER.splitlines()[0])
+
+
+def test_sinfo_without_a_header_is_read_with_the_format_it_was_asked_for():
+    rows = p.parse_sinfo_table(NO_HEADER, fmt=p.SINFO_DEFAULT_FORMAT)
+    assert [(r["PARTITION"], r["NODES"], r["STATE"], r["NODELIST"]) for r in rows] == [
+        ("main*", "2", "idle", "worker-[0-1]"), ("background", "2", "idle", "worker-[0-1]"),
+    ]
+    fragment = "ana    gpu:A100_80GB:8(S:0-1)   mixed\naxa    gpu:A100:8(S:0-1)   drain*\n"
+    rows = p.parse_sinfo_table(fragment, fmt="%10N %50G %.6t")
+    assert [(r["NODELIST"], p.parse_gpu_gres(r["GRES"]).count, r["STATE"]) for r in rows] == [
+        ("ana", 8, "mixed"), ("axa", 8, "drain*"),
+    ]
+
+
+def test_a_row_that_does_not_fit_the_format_is_an_error_not_a_lost_row():
+    with pytest.raises(p.SlurmParseError, match=r"row 3 has 5 columns, header 6"):
+        p.parse_sinfo_table(NO_HEADER + "gpu up infinite 1 idle\n", fmt=p.SINFO_DEFAULT_FORMAT)
+    with pytest.raises(p.SlurmParseError, match=r"unsupported sinfo format '%P %Q'"):
+        p.sinfo_columns("%P %Q")
+
+
+SINFO_NODE_LONG = """Tue Dec  1 20:20:41 2026
+NODELIST   NODES PARTITION       STATE CPUS    S:C:T MEMORY TMP_DISK WEIGHT AVAIL_FE REASON
+gpu01          1      gpu*        idle   64   2:16:2 515000        0      1   (null) none
+gpu02          1      gpu*     drained   64   2:16:2 515000        0      1   (null) gets too hot
+gpu03          1      gpu*       mixed   64   2:16:2 515000        0      1   (null) none
+"""
+
+
+def test_sinfo_node_long_with_its_time_line_parses_with_free_text_reasons():
+    rows = p.parse_sinfo_table(SINFO_NODE_LONG)
+    assert [(r["NODELIST"], r["STATE"], r["REASON"]) for r in rows] == [
+        ("gpu01", "idle", "none"), ("gpu02", "drained", "gets too hot"), ("gpu03", "mixed", "none"),
+    ]
+    assert p.parse_node_state(rows[1]["STATE"]).drained
+    headerless = "\n".join(SINFO_NODE_LONG.splitlines()[2:])
+    assert p.parse_sinfo_table(headerless, fmt=p.SINFO_NODE_LONG_FORMAT)[1]["REASON"] == "gets too hot"
+
+
+def test_a_header_alone_is_an_empty_table():
+    assert p.parse_sinfo_table("PARTITION AVAIL TIMELIMIT NODES STATE NODELIST\n") == []
