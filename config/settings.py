@@ -252,6 +252,13 @@ FLEETDECK = {
     "NODE_STALE_SECONDS": env_int("NODE_STALE_SECONDS", 120),
     # Health loop: a node is quarantined at its 3rd NCCL timeout within 24 h; a running workload
     # without progress for 15 min is flagged, then requeued by the next watchdog check.
+    # A source's timestamp (kernel line, agent event) further than this from the server clock is
+    # replaced by the receive time; the skew is kept on the event.
+    "CLOCK_SKEW_S": env_int("CLOCK_SKEW_S", 900),
+    # One DCGM exposition, apart from the 5 MB body limit: a 16-GPU node's exposition of every
+    # field, per MIG instance and pod, stays under 2 MiB; 4 MiB leaves room and bounds a runaway
+    # exporter's payload to a few seconds of a worker.
+    "DCGM_MAX_PAYLOAD_BYTES": env_int("DCGM_MAX_PAYLOAD_BYTES", 4 * 1024 * 1024),
     "NCCL_QUARANTINE_OFFENCES": env_int("NCCL_QUARANTINE_OFFENCES", 3),
     "NCCL_QUARANTINE_WINDOW_S": env_int("NCCL_QUARANTINE_WINDOW_S", 86400),
     "WATCHDOG_STALE_SECONDS": env_int("WATCHDOG_STALE_SECONDS", 900),

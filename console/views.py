@@ -13,7 +13,8 @@ from fleet import services
 from fleet.agent_tokens import node_token_rotate
 from fleet.choices import NODE_STATE_COLORS, ExecutorKind, NodeState
 from fleet.forms import NodeReasonForm
-from fleet.models import Node
+from fleet.models import Gpu, Node
+from health.services import gpu_mark_healthy
 from scheduling.quota_requests.selectors import sizing_signals
 
 from . import charts
@@ -97,6 +98,24 @@ def node_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
         # Slurm applies it asynchronously; the Slurm panel shows whether it did or why not.
         message += " (Slurm is applying it: see the Slurm panel)"
     messages.success(request, message)
+    return redirect("console:node", name=name)
+
+
+@require_POST
+def gpu_mark_healthy_view(request: HttpRequest, name: str, gpu_id: int) -> HttpResponse:
+    """An operator returns a GPU of the node to healthy, with a reason (audited)."""
+    if not is_operator(request.user):
+        raise PermissionDenied("Only operators may mark a GPU healthy.")
+    gpu = Gpu.objects.filter(pk=gpu_id, node__name=name).first()
+    if gpu is None:
+        raise Http404(f"No GPU {gpu_id} on node {name}.")
+    reason = request.POST.get("reason", "")[:2000]
+    try:
+        gpu_mark_healthy(gpu=gpu, reason=reason, actor=Actor.for_user(request.user))
+    except ValidationError as exc:
+        messages.error(request, f"GPU {gpu.index} not marked healthy: {' '.join(exc.messages)}")
+    else:
+        messages.success(request, f"GPU {gpu.index} ({gpu.uuid}) marked healthy: {reason.strip()}")
     return redirect("console:node", name=name)
 
 

@@ -16,6 +16,7 @@ class EventKind(models.TextChoices):
     HEARTBEAT_LOST = "heartbeat_lost", "Heartbeat lost"
     ZOMBIE = "zombie", "No progress (zombie)"
     SCRAPE_FAILED = "scrape_failed", "Exporter scrape failed"
+    UNMATCHED_GPU = "unmatched_gpu", "Reading for a GPU the node does not own"
 
 
 class EventSource(models.TextChoices):

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.db.models import Count
+from django.db.models import Count, Sum
 from django.utils import timezone
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from health import telemetry
-from health.choices import TicketState
+from health.choices import EventKind, TicketState
 from health.models import HealthEvent, RepairTicket
 
 
@@ -44,4 +44,13 @@ def _tickets_and_events() -> Iterable[Metric]:
         "severity", "n"
     ):
         events.add_metric([severity], n)
-    yield from (tickets, events)
+    # Readings and lines refused for naming a GPU the node does not own: one event per node, source
+    # and GPU, whose count grows each time, so the sum survives restarts and every worker sees it.
+    unmatched = CounterMetricFamily("fleetdeck_ingest_unmatched",
+                                    "Readings or kernel lines refused for naming a GPU the sending node does not own",
+                                    labels=["node", "source"])
+    for node, source, n in HealthEvent.objects.filter(kind=EventKind.UNMATCHED_GPU).values_list(
+        "node__name", "source"
+    ).annotate(n=Sum("count")).order_by("node__name", "source").values_list("node__name", "source", "n"):
+        unmatched.add_metric([node or "", source], n)
+    yield from (tickets, events, unmatched)

@@ -47,6 +47,11 @@ class HealthEvent(models.Model):
         "scheduling.Workload", null=True, blank=True, on_delete=models.SET_NULL, related_name="health_events"
     )
     resolved_at = models.DateTimeField(null=True, blank=True)
+    clock_skew_seconds = models.BigIntegerField(
+        null=True, blank=True,
+        help_text="The source's timestamp minus the receive time, when it was outside the allowed skew "
+                  "(the event is stamped with the receive time instead)",
+    )
 
     objects = HealthEventQuerySet.as_manager()
 

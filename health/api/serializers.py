@@ -14,7 +14,12 @@ class HealthEventSerializer(serializers.ModelSerializer):
         fields = [
             "id", "kind", "source", "severity", "node", "gpu_uuid", "pci_bus_id", "xid", "category", "action",
             "actions_taken", "evidence", "count", "first_seen", "last_seen", "workload", "resolved_at",
+            "clock_skew_seconds",
         ]
+
+
+class MarkHealthyInputSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000)
 
 
 class TicketTransitionSerializer(serializers.ModelSerializer):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
@@ -20,9 +21,9 @@ from rest_framework.views import APIView
 
 from core.actors import Actor
 from core.filters import WholeNumberFilter
-from core.permissions import ReadOnlyOrOperator
+from core.permissions import IsOperator, ReadOnlyOrOperator
 from fleet.agent.payloads import HeartbeatPayload, RegisterPayload
-from fleet.models import Node
+from fleet.models import Gpu, Node
 from health import services
 from health.choices import EventKind, EventSource, Reporter, Severity
 from health.models import HealthEvent, RepairTicket
@@ -34,6 +35,7 @@ from .serializers import (
     BurnInResultSerializer,
     FaultInputSerializer,
     HealthEventSerializer,
+    MarkHealthyInputSerializer,
     RepairTicketDetailSerializer,
     RepairTicketSerializer,
     TicketCreateSerializer,
@@ -136,10 +138,13 @@ class DcgmIngestView(_NodeIngestView):
             except UnicodeDecodeError as exc:
                 raise BadInput("text", "not UTF-8 text") from exc
         node = self.target_node(request, name)
+        limit = settings.FLEETDECK.get("DCGM_MAX_PAYLOAD_BYTES", 4 * 1024 * 1024)
+        if len(text.encode()) > limit:
+            raise PayloadTooLarge(f"DCGM exposition larger than {limit} bytes (DCGM_MAX_PAYLOAD_BYTES).")
         outcome = services.dcgm_ingest(node=node, text=text)
         unmatched = [r.uuid or f"gpu {r.gpu_index}" for r in outcome.unmatched]
         return Response({"node": node.name, "readings": len(outcome.readings), "stored": outcome.stored,
-                         "unmatched": unmatched, **_signal_summary(outcome.signals)})
+                         "unmatched": unmatched, "refused": outcome.refused, **_signal_summary(outcome.signals)})
 
 
 class KernelLogIngestView(_NodeIngestView):
@@ -156,6 +161,7 @@ class KernelLogIngestView(_NodeIngestView):
         node = self.target_node(request, data.get("node"))
         outcome = services.kernel_log_ingest(node=node, lines=lines)
         return Response({"node": node.name, "recognised": len(outcome.events), "learned": outcome.learned,
+                         "rejected": outcome.rejected, "unmatched": outcome.unmatched,
                          **_signal_summary(outcome.signals)})
 
 
@@ -211,6 +217,25 @@ class WorkloadFaultView(APIView):
             return _validation_response(exc)
         workload.refresh_from_db(fields=["state"])
         return Response({"workload": workload.pk, "state": workload.state, **_signal_summary(outcome)})
+
+
+class GpuMarkHealthyView(APIView):
+    """POST /api/v1/gpus/{id}/mark-healthy/ {"reason"}: an operator returns a GPU to service."""
+
+    permission_classes = [IsOperator]
+
+    @extend_schema(request=MarkHealthyInputSerializer, responses={200: OpenApiTypes.OBJECT},
+                   summary="Mark a GPU healthy (operators)")
+    def post(self, request, pk: int):
+        gpu = get_object_or_404(Gpu.objects.select_related("node"), pk=pk)
+        payload = MarkHealthyInputSerializer(data=request.data)
+        if not payload.is_valid():
+            field, errors = next(iter(payload.errors.items()))
+            return _bad(field, str(errors[0]), getattr(errors[0], "code", "invalid"))
+        changed = services.gpu_mark_healthy(gpu=gpu, reason=payload.validated_data["reason"],
+                                            actor=Actor.from_request(request))
+        return Response({"gpu": gpu.pk, "uuid": gpu.uuid, "node": gpu.node.name, "health": gpu.health,
+                         "changed": changed})
 
 
 class HealthEventFilter(filters.FilterSet):

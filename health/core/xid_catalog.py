@@ -66,6 +66,15 @@ NODE_REMEDIATION = frozenset({Action.RESET_GPU, Action.DRAIN_AND_RESET, Action.R
 ACTION_SEVERITY = {action: rank for rank, action in enumerate(Action)}
 
 
+# NVIDIA's catalog ends in the hundreds; a larger number is no Xid (and HealthEvent.xid takes no 2^31).
+MAX_XID = 65535
+
+
+def is_xid_number(value: float) -> bool:
+    """A whole number from 1 to MAX_XID: 79.5 is no Xid 79, and -5 or 2^31 no Xid at all."""
+    return value == int(value) and 1 <= value <= MAX_XID
+
+
 def is_node_remediation(action: Action) -> bool:
     return action in NODE_REMEDIATION
 

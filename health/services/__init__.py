@@ -6,6 +6,7 @@ For other parts:
 - kernel_log_ingest(*, node, lines, actor, dry_run, now) -> KernelLogOutcome
 - app_fault(*, workload, kind, nodes, actor, now) -> SignalOutcome
 - agent_register(*, node, payload, now) / agent_heartbeat(*, node, payload, burn_in, now)
+- gpu_mark_healthy(*, gpu, reason, actor): an operator returns a GPU (a passing burn-in returns its GPUs itself)
 - ticket_open / ticket_transition / burn_in_record; uncordon_check (the uncordon gate health registers in fleet.hooks)
 - condition_record / condition_resolve: repeating conditions (a node Slurm reports DOWN, a failing scrape)
 - events_resolve(*, dedup_keys, now): events their source reports over (a resolved Alertmanager alert)
@@ -18,6 +19,7 @@ from .faults import FAULT_KINDS, app_fault
 from .kernel_log import KernelLogOutcome, kernel_log_ingest
 from .liveness import node_seen, nodes_mark_stale
 from .readings import ReadingRow, readings_prune, readings_store
+from .recovery import gpu_mark_healthy
 from .remediation import actions_execute
 from .scrape import ScrapeOutcome, exporters_scrape
 from .tickets import (
@@ -54,6 +56,7 @@ __all__ = [
     "dcgm_ingest_many",
     "events_resolve",
     "exporters_scrape",
+    "gpu_mark_healthy",
     "kernel_log_ingest",
     "node_seen",
     "nodes_mark_stale",

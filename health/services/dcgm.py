@@ -21,9 +21,10 @@ from fleet.models import Gpu, Node
 from fleet.services import nodes_heartbeat_record
 from health.choices import EventSource
 from health.core import dcgm, policy
+from health.core.xid_catalog import MAX_XID, is_xid_number
 from health.models import WHOLE_GPU
 
-from .events import HEALTH_ACTOR, SignalOutcome, signals_apply
+from .events import HEALTH_ACTOR, SignalOutcome, signals_apply, unmatched_record
 from .liveness import node_seen
 from .readings import ReadingRow, readings_store
 
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 # What matching and storing read of a GPU row (the rest loads on access).
 _GPU_FIELDS = ("id", "uuid", "index", "node")
 _IDS_PER_STATEMENT = 900  # under SQLite's 999 bound parameters of old builds
+_XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
 
 
 @dataclass(eq=False, slots=True)
@@ -42,6 +44,7 @@ class DcgmOutcome:
     matched: list[Gpu | None] = field(default_factory=list, repr=False)  # per reading
     stored: int = 0
     signals: SignalOutcome = field(default_factory=SignalOutcome)
+    refused: list[dict[str, str]] = field(default_factory=list)  # {"uuid", "reason"}: GPUs the node does not own
 
     @property
     def unmatched(self) -> list[dcgm.DcgmSample]:
@@ -66,7 +69,22 @@ def dcgm_parse(text: str | bytes, *, all_metrics: bool = True) -> list[dcgm.Dcgm
     if not readings:
         raise ValidationError({"text": ["No GPU samples found: expected dcgm-exporter /metrics text."]},
                               code="empty")
+    for reading in readings:
+        _xids_check(reading)
     return readings
+
+
+def _xids_check(reading: dcgm.DcgmSample) -> None:
+    """An Xid is a whole number from 1 to MAX_XID (0: none yet): 79.5 is no Xid 79, and -5 or 2^31 no Xid."""
+    gpu = reading.uuid or f"gpu {reading.gpu_index}"
+    value = reading.metrics.get(_XID_METRIC)
+    if value is not None and not dcgm.is_blank(value) and value != 0 and not is_xid_number(value):
+        raise ValidationError({_XID_METRIC: [f"{gpu}: {value:g} is not an Xid (a whole number, 0 to {MAX_XID})."]},
+                              code="invalid")
+    for label in reading.xids:
+        if not is_xid_number(label):
+            raise ValidationError({"xid": [f"{gpu}: xid label {label} is not an Xid (1 to {MAX_XID})."]},
+                                  code="invalid")
 
 
 def match_gpus(node: Node, readings: Sequence[dcgm.DcgmSample], gpus: Sequence[Gpu]) -> list[Gpu | None]:
@@ -108,6 +126,8 @@ def dcgm_signals(node: Node, readings: Sequence[dcgm.DcgmSample], matched: Seque
     for reading, gpu in zip(readings, matched, strict=True):
         if reading.mig_instance_id is not None:
             continue  # MIG rows repeat their parent GPU's counters
+        if gpu is None and reading.uuid is not None:
+            continue  # a GPU the node does not own: refused (_refuse), never the sender's fault
         for signal in policy.signals_from_reading(reading, node=node.name):
             if signal.gpu_uuid is None and gpu is not None:
                 signal = replace(signal, gpu_uuid=gpu.uuid, dedup_key="")
@@ -204,6 +224,7 @@ def _ingest_alone(node: Node, readings: list[dcgm.DcgmSample], *, actor: Actor, 
         outcome = DcgmOutcome(readings=readings, matched=matched)
         outcome.stored = readings_store(rows=_rows(readings, matched), source=EventSource.DCGM, now=now)
         node_seen(node=node, now=now)
+        outcome.refused = _refuse(node, readings, matched, now=now)
         signals = dcgm_signals(node, readings, matched) if _faulty(readings) else []
         if signals:
             outcome.signals = signals_apply(node=node, signals=signals, source=EventSource.DCGM, actor=actor, now=now,
@@ -211,9 +232,31 @@ def _ingest_alone(node: Node, readings: list[dcgm.DcgmSample], *, actor: Actor, 
     return outcome
 
 
+def _foreign(readings: Sequence[dcgm.DcgmSample], matched: Sequence[Gpu | None]) -> list[str]:
+    return sorted({r.uuid for r, gpu in zip(readings, matched, strict=True) if gpu is None and r.uuid})
+
+
+def _refuse(node: Node, readings: Sequence[dcgm.DcgmSample], matched: Sequence[Gpu | None], *,
+            now: datetime) -> list[dict[str, str]]:
+    """Readings naming a UUID the node does not own are applied to no GPU: each is logged, kept as an
+    unmatched event of the node (its count grows per payload; /metrics counts them)."""
+    uuids = _foreign(readings, matched)
+    if not uuids:
+        return []
+    owners = dict(Gpu.objects.filter(uuid__in=uuids).values_list("uuid", "node__name"))
+    refused = []
+    for uuid in uuids:
+        owner = owners.get(uuid)
+        reason = f"owned by node {owner}, not {node.name}" if owner else "no GPU with this UUID in the inventory"
+        log.warning("DCGM payload of %s names GPU %s: %s; refused for that GPU", node.name, uuid, reason)
+        unmatched_record(node=node, source=EventSource.DCGM, what=f"GPU {uuid}", reason=reason, now=now)
+        refused.append({"uuid": uuid, "reason": reason})
+    return refused
+
+
 def _ingest_healthy(items: Sequence[tuple[Node, list[dcgm.DcgmSample]]], *, now: datetime) -> list[DcgmOutcome | None]:
-    """Store healthy readings of many nodes in one transaction; None for a node that is missing or
-    `unknown` (touched by nothing here: the caller sends it down the locked path)."""
+    """Store healthy readings of many nodes in one transaction; None for a node that is missing,
+    `unknown` or names a GPU it does not own (touched by nothing here: the caller sends it down the locked path)."""
     with transaction.atomic():
         live = nodes_heartbeat_record(pks=sorted({node.pk for node, _ in items}), at=now)
         gpus_of = _nodes_gpus(live)
@@ -225,6 +268,9 @@ def _ingest_healthy(items: Sequence[tuple[Node, list[dcgm.DcgmSample]]], *, now:
                 continue
             by_uuid, by_index = gpus_of.get(node.pk, ({}, {}))
             matched = _match(node, readings, by_uuid, by_index)
+            if _foreign(readings, matched):
+                outcomes.append(None)  # readings to refuse: the locked path records them
+                continue
             node_rows = _rows(readings, matched)
             rows += node_rows
             outcomes.append(DcgmOutcome(readings=readings, matched=matched, stored=len(node_rows)))

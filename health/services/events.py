@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import F
 
 from core.actors import Actor
 from fleet.models import Gpu, Node
-from health.choices import EventKind, EventSource, Severity
+from health.choices import EventKind, EventSource, Severity, TicketState
 from health.core import policy
 from health.core.xid_catalog import Action, is_node_remediation
-from health.models import HealthEvent
+from health.models import HealthEvent, RepairTicket
 
 from .remediation import actions_execute, policy_context
 
@@ -71,6 +72,7 @@ def event_create(
     source: str,
     now: datetime,
     workload_id: int | None = None,
+    clock_skew_seconds: int | None = None,
 ) -> HealthEvent:
     first = signal.at or now
     action = _catalog_action(signal)
@@ -93,7 +95,64 @@ def event_create(
         first_seen=first,
         last_seen=signal.last_at or first,
         workload_id=workload_id,
+        clock_skew_seconds=clock_skew_seconds,
     )
+
+
+def clock_skew() -> timedelta:
+    return timedelta(seconds=settings.FLEETDECK.get("CLOCK_SKEW_S", 900))
+
+
+def _received(
+    signals: Iterable[policy.HealthSignal], now: datetime
+) -> tuple[list[policy.HealthSignal], dict[str, int]]:
+    """A source's stamp further than the allowed skew from the server clock is not believed: the
+    signal is stamped with the receive time (its dedup key, made from the stamp, stays, so a replay
+    is still a replay) and the skew is kept for its event. A line dated 2099 would otherwise hold a
+    storm window open until then and swallow every later fault of the GPU."""
+    skew = clock_skew()
+    out, skews = [], {}
+    for signal in signals:
+        if signal.at is not None and abs(signal.at - now) > skew:
+            skews[signal.dedup_key] = int((signal.at - now).total_seconds())
+            signal = replace(signal, at=now, last_at=now)
+        elif signal.last_at is not None and abs(signal.last_at - now) > skew:
+            signal = replace(signal, last_at=signal.at or now)
+        out.append(signal)
+    return out, skews
+
+
+def _after_returns(node: Node, signals: list[policy.HealthSignal]) -> list[policy.HealthSignal]:
+    """An undated signal (a DCGM counter value, a line without a date) is keyed by its value or text,
+    so a replay stays one event; but the same value after the node came back from repair is a new
+    fault, not a replay: its key also names how many times the node returned to service."""
+    undated = [s for s in signals if s.at is None and s.kind not in policy.WORKLOAD_STEPS]
+    if not undated:
+        return signals
+    returns = RepairTicket.objects.filter(node=node, state=TicketState.RETURNED).count()
+    if not returns:
+        return signals
+    salted = {id(s): replace(s, dedup_key=hashlib.sha256(f"{s.dedup_key}|returns:{returns}".encode()).hexdigest())
+              for s in undated}
+    return [salted.get(id(s), s) for s in signals]
+
+
+def _already_counted(node: Node, signals: list[policy.HealthSignal]) -> tuple[list[policy.HealthSignal], int]:
+    """Dated signals inside the span an event of the same storm already covers were counted when that
+    span was stored: a log replayed in other chunks than the first time adds nothing."""
+    dated = [s for s in signals if s.at is not None and s.kind not in policy.WORKLOAD_STEPS]
+    if not dated:
+        return signals, 0
+    spans: dict[str, list[tuple[datetime, datetime]]] = {}
+    for key, first, last in HealthEvent.objects.filter(
+        node=node, storm_key__in={storm_key_of(s) for s in dated}
+    ).values_list("storm_key", "first_seen", "last_seen"):
+        spans.setdefault(key, []).append((first, last))
+    if not spans:
+        return signals, 0
+    kept = [s for s in signals if s.at is None or not any(
+        first <= s.at <= last for first, last in spans.get(storm_key_of(s), ()))]
+    return kept, len(signals) - len(kept)
 
 
 def signals_apply(
@@ -110,7 +169,9 @@ def signals_apply(
     """Store and act on one node's signals. The caller holds the node's row lock in its transaction,
     which serialises concurrent uploads for the node (so the dedup check below cannot race)."""
     outcome = SignalOutcome()
-    pending = _unique(policy.collapse(signals, window_s=STORM_WINDOW.total_seconds()))
+    received, skews = _received(signals, now)
+    received, outcome.duplicates = _already_counted(node, _after_returns(node, received))
+    pending = _unique(policy.collapse(received, window_s=STORM_WINDOW.total_seconds()))
     if not pending:
         return outcome
     known = set(HealthEvent.objects.filter(dedup_key__in=[s.dedup_key for s in pending]).values_list(
@@ -129,7 +190,8 @@ def signals_apply(
             outcome.repeated.append(storm)
             continue
         gpu = gpus.get(signal.gpu_uuid or "")
-        event = event_create(signal=signal, node=node, gpu=gpu, source=source, now=now, workload_id=workload_id)
+        event = event_create(signal=signal, node=node, gpu=gpu, source=source, now=now, workload_id=workload_id,
+                             clock_skew_seconds=skews.get(signal.dedup_key))
         context = context or policy_context(node=node, now=now, nodes=signal.nodes)
         actions = policy.decide(signal, context)
         if actions:
@@ -184,6 +246,17 @@ def condition_record(
     return event, True
 
 
+def unmatched_record(*, node: Node, source: str, what: str, reason: str, now: datetime) -> HealthEvent:
+    """A reading or line naming a GPU the node does not own (another node's UUID, a PCI address no
+    GPU of the node has): refused for any GPU, never acted on, but kept where an operator sees it
+    (the node's events, /metrics), one event per node, source and GPU whose count grows."""
+    event, _created = condition_record(
+        node=node, kind=EventKind.UNMATCHED_GPU, source=source, key=f"{node.pk}|{source}|{what}",
+        evidence=f"{source} reported {what} from {node.name}: {reason}; not applied to any GPU", now=now,
+    )
+    return event
+
+
 def condition_resolve(*, node: Node | Sequence[Node], kind: str, now: datetime, source: str | None = None) -> int:
     """The node's (or nodes') unresolved `kind` events (of `source`, when given) are over: it
     answers again. One statement for any number of nodes. Returns how many were resolved."""
@@ -211,4 +284,5 @@ __all__ = [
     "event_create",
     "events_resolve",
     "signals_apply",
+    "unmatched_record",
 ]

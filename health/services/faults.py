@@ -16,7 +16,7 @@ from health.choices import EventSource
 from health.core import policy
 from scheduling.models import Allocation
 
-from .events import SignalOutcome, signals_apply
+from .events import HEALTH_ACTOR, SignalOutcome, signals_apply
 from .remediation import policy_context
 
 FAULT_KINDS = {
@@ -73,14 +73,15 @@ def app_fault(
         for node in locked:
             signal = policy.HealthSignal(
                 kind=FAULT_KINDS[kind], node=node.name, workload_id=str(workload.pk), nodes=(node.name,),
-                evidence=f"{kind.replace('_', ' ')} reported for workload {workload.name} (#{workload.pk}) "
-                         f"on {', '.join(names)}",
+                evidence=f"{kind.replace('_', ' ')} reported by {actor.label} for workload {workload.name} "
+                         f"(#{workload.pk}) on {', '.join(names)}",
                 raw=f"app:{workload.pk}:{run}:{kind}:{node.name}",
                 severity=policy.SEVERITY_WARNING,
             )
             # The first node's event requeues the gang; for the others the stop is a no-op. The
             # context's offences are those before this report, so one report is one offence per node.
-            outcome.merge(signals_apply(node=node, signals=[signal], source=EventSource.APP, actor=actor, now=now,
-                                        workload_id=workload.pk, context=context))
+            # The reporter only reports: the health loop acts (a team member may not cordon a node).
+            outcome.merge(signals_apply(node=node, signals=[signal], source=EventSource.APP, actor=HEALTH_ACTOR,
+                                        now=now, workload_id=workload.pk, context=context))
     return outcome
 

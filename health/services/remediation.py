@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -18,8 +18,13 @@ from core.audit import audit_record
 from fleet.choices import GpuHealth, NodeState
 from fleet.models import Gpu, Node
 from fleet.services import gpu_health_set, node_cordon, node_labels_set
+from health.choices import EventKind
 from health.core import policy
 from health.models import HealthEvent
+from scheduling.models import Allocation, Workload
+from scheduling.services import workload_stop_gang, workloads_on_node
+
+from .tickets import ticket_open
 
 SUSPECT_LABEL = "health.fleetdeck.io/suspect"
 _HEALTH_RANK = {GpuHealth.HEALTHY: 0, GpuHealth.SUSPECT: 1, GpuHealth.UNHEALTHY: 2}
@@ -66,8 +71,6 @@ def _mark_gpu(run: _Run, action: policy.MarkGpu) -> dict[str, Any]:
 
 
 def _stop_gangs(run: _Run, action: policy.StopGangsOnNode) -> dict[str, Any]:
-    from scheduling.services import workload_stop_gang, workloads_on_node
-
     node = _node(run, action.node)
     stopped = []
     for workload in workloads_on_node(node) if node else []:
@@ -82,8 +85,6 @@ def _stop_gangs(run: _Run, action: policy.StopGangsOnNode) -> dict[str, Any]:
 
 
 def _ticket(run: _Run, action: policy.OpenRepairTicket) -> dict[str, Any]:
-    from .tickets import ticket_open
-
     node = _node(run, action.node)
     if node is None:
         return {"done": False, "why": "unknown node"}
@@ -96,8 +97,6 @@ def _ticket(run: _Run, action: policy.OpenRepairTicket) -> dict[str, Any]:
 
 
 def _annotate(run: _Run, action: policy.AnnotateWorkload) -> dict[str, Any]:
-    from scheduling.models import Workload
-
     workload = Workload.objects.filter(pk=int(action.workload_id)).first()
     if workload is None:
         return {"done": False, "why": "unknown workload"}
@@ -109,9 +108,6 @@ def _annotate(run: _Run, action: policy.AnnotateWorkload) -> dict[str, Any]:
 
 
 def _requeue(run: _Run, action: policy.Requeue) -> dict[str, Any]:
-    from scheduling.models import Workload
-    from scheduling.services import workload_stop_gang
-
     workload = Workload.objects.filter(pk=int(action.workload_id)).first()
     if workload is None:
         return {"done": False, "why": "unknown workload"}
@@ -134,7 +130,12 @@ def _suspect(run: _Run, action: policy.MarkNodesSuspect) -> dict[str, Any]:
 
 
 def _quarantine(run: _Run, action: policy.Quarantine) -> dict[str, Any]:
-    return _cordon(run, policy.CordonNode(action.node, reason=f"quarantined: {action.reason}"))
+    """The cordon names the reports behind it (events and who sent them), not only their number."""
+    window = timedelta(seconds=settings.FLEETDECK.get("NCCL_QUARANTINE_WINDOW_S", 86400))
+    reports = HealthEvent.objects.filter(kind=run.event.kind, node__name=action.node,
+                                         first_seen__gte=run.now - window).order_by("pk")
+    named = "; ".join(f"#{pk} {evidence}" for pk, evidence in reports.values_list("pk", "evidence"))
+    return _cordon(run, policy.CordonNode(action.node, reason=f"quarantined: {action.reason}; reports: {named}"[:2000]))
 
 
 HANDLERS: dict[str, Callable[[_Run, Any], dict[str, Any]]] = {
@@ -164,10 +165,6 @@ def actions_execute(
 
 def policy_context(*, node: Node, now: datetime, nodes: Sequence[str] = ()) -> policy.PolicyContext:
     """What decide() needs to know: the workloads on the node and earlier NCCL offences."""
-    from datetime import timedelta
-
-    from scheduling.models import Allocation
-
     refs: dict[int, list[str]] = {}
     for workload_id, uuid in (
         Allocation.objects.filter(node=node, released_at__isnull=True)
@@ -179,8 +176,6 @@ def policy_context(*, node: Node, now: datetime, nodes: Sequence[str] = ()) -> p
     window = timedelta(seconds=config.get("NCCL_QUARANTINE_WINDOW_S", 86400))
     offences: dict[str, list[datetime]] = {}
     if nodes:
-        from health.choices import EventKind
-
         for name, at in HealthEvent.objects.filter(
             kind=EventKind.NCCL_TIMEOUT, node__name__in=nodes, first_seen__gte=now - window
         ).values_list("node__name", "first_seen"):

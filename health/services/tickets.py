@@ -20,6 +20,8 @@ from health.choices import Reporter, TicketState, ticket_moves
 from health.models import BurnInResult, HealthEvent, RepairTicket, TicketTransition
 from health.signals import ticket_changed_on_commit
 
+from .recovery import burn_in_gpus_return
+
 # Node states a ticket may send to repair: a node already in burn-in or repair is the ticket's.
 _TO_REPAIR = (NodeState.READY, NodeState.CORDONED, NodeState.DRAINING, NodeState.UNKNOWN, NodeState.BURN_IN)
 
@@ -181,6 +183,8 @@ def burn_in_record(
         reason = f"burn-in {outcome}" + (f": {details}" if details else "")
         _transition(ticket, TicketState.RETURNED if passed else TicketState.OPEN, reason=reason, actor=actor, now=now)
         _node_follows(ticket, reason=reason, actor=actor)
+        if passed:
+            burn_in_gpus_return(ticket=ticket, reason=f"{reason} (ticket #{ticket.pk})", actor=actor, now=now)
     return result
 
 
