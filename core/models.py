@@ -9,13 +9,15 @@ class AuditEventQuerySet(models.QuerySet):
 
 
 class AuditEvent(models.Model):
-    """Who (a user, an API token or an automation) changed what, when and why."""
+    """Who (a user, a user through an API token, a node agent or an automation) changed what, when and why."""
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    actor = models.CharField(max_length=150, help_text="e.g. 'alice', 'alice (API token)', 'automation:health'")
+    actor = models.CharField(
+        max_length=150, help_text="e.g. 'alice', 'alice (token fdp_Ab12Cd34…)', 'automation:health'"
+    )
     verb = models.CharField(max_length=80, db_index=True, help_text="e.g. node.cordon")
     target_type = models.CharField(max_length=80)
     target_id = models.CharField(max_length=64)
