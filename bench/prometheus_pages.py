@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -257,7 +258,9 @@ def main() -> int:
         print(f"prometheus: {samples:,} samples ({size / 1e9:.1f} GB of OpenMetrics) written in {generated:.0f} s, "
               f"backfilled in {backfilled:.0f} s")
         (work / "prometheus.yml").write_text("global: {scrape_interval: 15s}\n")
-        port = 19090
+        with socket.socket() as probe:  # a free loopback port
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
         started = time.perf_counter()
         prometheus = start_prometheus(work, port)
         print(f"prometheus ready on the backfilled TSDB in {time.perf_counter() - started:.0f} s\n")
