@@ -46,11 +46,12 @@ def _tickets_and_events() -> Iterable[Metric]:
         events.add_metric([severity], n)
     # Readings and lines refused for naming a GPU the node does not own: one event per node, source
     # and GPU, whose count grows each time, so the sum survives restarts and every worker sees it.
+    # By source only: which node sent them is on the events (a node label would cost a join per scrape).
     unmatched = CounterMetricFamily("fleetdeck_ingest_unmatched",
                                     "Readings or kernel lines refused for naming a GPU the sending node does not own",
-                                    labels=["node", "source"])
-    for node, source, n in HealthEvent.objects.filter(kind=EventKind.UNMATCHED_GPU).values_list(
-        "node__name", "source"
-    ).annotate(n=Sum("count")).order_by("node__name", "source").values_list("node__name", "source", "n"):
-        unmatched.add_metric([node or "", source], n)
+                                    labels=["source"])
+    for source, n in HealthEvent.objects.filter(kind=EventKind.UNMATCHED_GPU).values_list("source").annotate(
+        n=Sum("count")
+    ).order_by("source").values_list("source", "n"):
+        unmatched.add_metric([source], n)
     yield from (tickets, events, unmatched)

@@ -37,6 +37,10 @@ HeartbeatPayload (health)
         The server records it on the node's repair ticket when that ticket is in burn-in, and answers
         "burn_in": {"ticket", "passed"}, or "burn_in": null when there was no such ticket.
 Null means "not supported on this GPU/driver", never zero.
+
+Bounds (the server refuses a body outside them with a 400 naming the field): every integer is
+0 to 2^63-1 unless INT_BOUNDS says otherwise; GPU UUIDs start "GPU-", MIG UUIDs "MIG-", an
+event's gpu_uuid either; an event's kind is one of EVENT_KINDS.
 """
 from __future__ import annotations
 
@@ -52,6 +56,29 @@ REGISTER_PATH = "/api/v1/agent/register/"
 HEARTBEAT_PATH = "/api/v1/agent/heartbeat/"
 
 T = TypeVar("T")
+
+EVENT_KINDS = ("xid", "gpu_lost")
+_BIG = 2**63 - 1  # a BigIntegerField's largest value
+# (dataclass, field) -> (least, most). Slots and groups: no node has a thousand GPUs; Xids as
+# NVIDIA's catalog (health.core.xid_catalog.MAX_XID); memory up to 16 TiB per GPU.
+INT_BOUNDS: dict[tuple[str, str], tuple[int, int]] = {
+    ("GpuInventory", "index"): (0, 1023),
+    ("GpuInventory", "memory_mib"): (0, 16 * 1024 * 1024),
+    ("GpuInventory", "numa_node"): (0, 1023),
+    ("GpuInventory", "nvlink_group"): (0, 1023),
+    ("MigInstance", "gi_id"): (0, 1023),
+    ("GpuHealthReport", "index"): (0, 1023),
+    ("GpuHealthReport", "recovery_action"): (0, 255),
+    ("XidEvent", "xid"): (1, 65535),
+}
+# (dataclass, field) -> the prefixes a UUID may have.
+UUID_PREFIXES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("GpuInventory", "uuid"): ("GPU-",),
+    ("GpuHealthReport", "uuid"): ("GPU-",),
+    ("MigInstance", "uuid"): ("MIG-",),
+    ("XidEvent", "gpu_uuid"): ("GPU-", "MIG-"),
+}
+MAX_UUID = 64  # Gpu.uuid's column
 
 
 @dataclass(slots=True)
@@ -190,10 +217,26 @@ def _from_dict(cls: type[T], data: Any, path: str) -> T:
             if required:
                 raise ValueError(f"{where}: missing")
             continue
-        kwargs[item.name] = _coerce(hints[item.name], data[item.name], where)
+        kwargs[item.name] = _checked(cls.__name__, item.name, _coerce(hints[item.name], data[item.name], where), where)
     if "schema" in kwargs and kwargs["schema"] != SCHEMA_VERSION:
         raise ValueError(f"schema: unsupported version {kwargs['schema']!r}, expected {SCHEMA_VERSION}")
     return cls(**kwargs)
+
+
+def _checked(owner: str, name: str, value: Any, where: str) -> Any:
+    """The value within its bounds, or ValueError naming the field and the bound."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        least, most = INT_BOUNDS.get((owner, name), (0, _BIG))
+        if not least <= value <= most:
+            raise ValueError(f"{where}: must be from {least} to {most}")
+    prefixes = UUID_PREFIXES.get((owner, name))
+    if prefixes and value is not None:
+        if not value.startswith(prefixes) or len(value) > MAX_UUID:
+            raise ValueError(f"{where}: expected a UUID starting {' or '.join(prefixes)} "
+                             f"(at most {MAX_UUID} characters)")
+    if (owner, name) == ("XidEvent", "kind") and value not in EVENT_KINDS:
+        raise ValueError(f"{where}: unknown kind {value!r}; one of {', '.join(EVENT_KINDS)}")
+    return value
 
 
 def _coerce(hint: Any, value: Any, where: str) -> Any:
