@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "health",
     "integrations.slurm",
     "integrations.prometheus",
+    "integrations.kubernetes",
     "console",
     "demo",
     "accounts",
@@ -312,6 +313,21 @@ FLEETDECK = {
     "ALERTMANAGER_WEBHOOK_TOKEN_SHA256": env_str("ALERTMANAGER_WEBHOOK_TOKEN_SHA256", "") or (
         hashlib.sha256(env_secret("ALERTMANAGER_WEBHOOK_TOKEN").encode()).hexdigest()
         if env_secret("ALERTMANAGER_WEBHOOK_TOKEN") else ""),
+    # Kubernetes back-end (integrations/kubernetes): Node watch, cordon mirroring, Jobs admitted and
+    # bound. Credentials: a kubeconfig file, else the pod's service account (in-cluster).
+    "KUBERNETES_ENABLED": env_bool("KUBERNETES_ENABLED", False),
+    "KUBERNETES_KUBECONFIG": env_str("KUBERNETES_KUBECONFIG", ""),
+    "KUBERNETES_CONTEXT": env_str("KUBERNETES_CONTEXT", ""),
+    "KUBERNETES_CLUSTER_NAME": env_str("KUBERNETES_CLUSTER_NAME", "kubernetes"),
+    "KUBERNETES_POOL": env_str("KUBERNETES_POOL", "kubernetes"),
+    # Which Nodes are Fleetdeck's (a label selector; empty: all of them).
+    "KUBERNETES_NODE_SELECTOR": env_str("KUBERNETES_NODE_SELECTOR", ""),
+    # Topology levels, as Kueue's Topology names them: level=label, e.g. "rack=fleetdeck.io/rack".
+    "KUBERNETES_TOPOLOGY": dict(i.split("=", 1) for i in env_list("KUBERNETES_TOPOLOGY", []) if "=" in i),
+    # Jobs Fleetdeck creates for workloads submitted through its API: namespace and image.
+    "KUBERNETES_NAMESPACE": env_str("KUBERNETES_NAMESPACE", "default"),
+    "KUBERNETES_JOB_IMAGE": env_str("KUBERNETES_JOB_IMAGE", "busybox:1.37"),
+    "KUBERNETES_DEFAULT_PRIORITY_CLASS": env_str("KUBERNETES_DEFAULT_PRIORITY_CLASS", ""),
 }
 # Per-person notifications (notifications/): a webhook must answer within this many seconds.
 NOTIFICATIONS = {"WEBHOOK_TIMEOUT_SECONDS": float(env_str("NOTIFICATIONS_WEBHOOK_TIMEOUT_SECONDS", "5"))}

@@ -43,3 +43,4 @@ class SharingMode(models.TextChoices):
 class ExecutorKind(models.TextChoices):
     SIMULATED = "simulated", "Simulated"
     SLURM = "slurm", "Slurm"
+    KUBERNETES = "kubernetes", "Kubernetes"

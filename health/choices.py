@@ -16,6 +16,7 @@ class EventKind(models.TextChoices):
     HEARTBEAT_LOST = "heartbeat_lost", "Heartbeat lost"
     ZOMBIE = "zombie", "No progress (zombie)"
     SCRAPE_FAILED = "scrape_failed", "Exporter scrape failed"
+    DEVICE_UNHEALTHY = "device_unhealthy", "Device plugin: GPU unhealthy"
     UNMATCHED_GPU = "unmatched_gpu", "Reading for a GPU the node does not own"
 
 
@@ -26,6 +27,7 @@ class EventSource(models.TextChoices):
     APP = "app", "Application"
     WATCHDOG = "watchdog", "Watchdog"
     SLURM = "slurm", "Slurm"
+    KUBERNETES = "kubernetes", "Kubernetes"
     ALERTMANAGER = "alertmanager", "Alertmanager"
 
 

@@ -1,0 +1,212 @@
+"""Fixtures for the Kubernetes back-end: the real local control plane
+(tests/integrations/kubernetes/cluster.sh up: etcd, kube-apiserver with RBAC, kube-controller-manager,
+kwok) and the kwok nodes built from the real GFD samples.
+
+Fleetdeck talks to it as its own service account (fleetdeck.kubeconfig, bound to the ClusterRole in
+integrations/kubernetes/deploy/clusterrole.yaml); the tests' "someone else" (kubectl) is the admin.
+The cluster is shared by every test and xdist worker, so tests that use it hold a file lock for
+their whole run and leave it empty: no Jobs, no Nodes."""
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from integrations.kubernetes.client import Cluster, KubernetesError
+from integrations.kubernetes.nodes import CORDON_TAINT
+from integrations.kubernetes.sync import job_reflector, node_reflector
+from tests.conftest import missing_service
+
+from .samples import h100_node
+
+K8S_BASE = Path(os.environ.get("K8S_BASE", "/tmp/fleetdeck-k8s"))
+LOCK = Path(tempfile.gettempdir()) / "fleetdeck-k8s-tests.lock"
+NAMESPACE = "fleetdeck-tests"
+KWOK = {"kwok.x-k8s.io/node": "fake"}
+
+
+def cluster_from(kubeconfig: Path) -> Cluster:
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    return Cluster(k8s.ApiClient(configuration))
+
+
+@pytest.fixture(scope="session")
+def k8s_admin() -> Cluster:
+    """The cluster as its administrator (what `kubectl` does in the tests)."""
+    kubeconfig = K8S_BASE / "admin.kubeconfig"
+    if not kubeconfig.is_file() or not (K8S_BASE / "fleetdeck.kubeconfig").is_file():
+        missing_service(f"the local Kubernetes control plane (run tests/integrations/kubernetes/cluster.sh up; "
+                        f"no {kubeconfig})")
+    admin = cluster_from(kubeconfig)
+    try:
+        admin.request("GET", "/version", timeout=5)
+    except KubernetesError as exc:
+        missing_service(f"the local Kubernetes control plane ({exc.message})")
+    return admin
+
+
+@pytest.fixture
+def celery_eager():
+    from config.celery import app
+
+    keys = ("task_always_eager", "task_eager_propagates", "result_backend")
+    saved = {key: app.conf.get(key) for key in keys}
+    app.conf.update(task_always_eager=True, task_eager_propagates=True, result_backend="cache+memory://")
+    yield
+    app.conf.update(saved)
+
+
+@pytest.fixture
+def k8s_settings(settings):
+    settings.FLEETDECK = {
+        **settings.FLEETDECK,
+        "KUBERNETES_ENABLED": True,
+        "KUBERNETES_KUBECONFIG": str(K8S_BASE / "fleetdeck.kubeconfig"),
+        "KUBERNETES_CONTEXT": "",
+        "KUBERNETES_CLUSTER_NAME": "test",
+        "KUBERNETES_POOL": "kubernetes",
+        "KUBERNETES_NODE_SELECTOR": "",
+        "KUBERNETES_TOPOLOGY": {},
+        "KUBERNETES_NAMESPACE": NAMESPACE,
+        "KUBERNETES_DEFAULT_PRIORITY_CLASS": "",
+    }
+
+
+class Kube:
+    """The test cluster: the admin's calls, Fleetdeck's two watches, and a few waits."""
+
+    def __init__(self, admin: Cluster) -> None:
+        self.admin = admin
+        self.nodes_watch = node_reflector()
+        self.jobs_watch = job_reflector()
+
+    def sync(self, seconds: float = 1.0) -> None:
+        """One watch window of each: Fleetdeck catches up with what happened in the cluster."""
+        self.nodes_watch.run_for(seconds)
+        self.jobs_watch.run_for(seconds)
+
+    def add_nodes(self, nodes: list[dict[str, Any]]) -> None:
+        for node in nodes:
+            node["metadata"]["annotations"] = {**KWOK, **node["metadata"].get("annotations", {})}
+            self.admin.request("POST", "/api/v1/nodes", body=node)
+
+    def node(self, name: str) -> dict[str, Any]:
+        return self.admin.node(name)
+
+    def submit_job(self, name: str, *, pods: int, gpus: int, queue: str = "research-q",
+                   priority: str = "training-prod", run_seconds: int = 3600, suspend: bool = True,
+                   scheduler: str = "fleetdeck", product: str = "NVIDIA-H100-80GB-HBM3") -> dict[str, Any]:
+        """A user's Job, created as `kubectl create -f job.yaml` would: suspended, queue-labelled."""
+        body = {
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": NAMESPACE,
+                         "labels": {"fleetdeck.io/queue": queue, "fleetdeck.io/priority-class": priority}},
+            "spec": {
+                "suspend": suspend, "parallelism": pods, "completions": pods, "completionMode": "Indexed",
+                "backoffLimit": 0,
+                "template": {
+                    "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": f"{run_seconds}s",
+                                                 "pod-complete.stage.kwok.x-k8s.io/jitter-delay": f"{run_seconds}s"}},
+                    "spec": {"schedulerName": scheduler, "restartPolicy": "Never",
+                             "nodeSelector": {"nvidia.com/gpu.product": product},
+                             "containers": [{"name": "train", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                                             "command": ["torchrun", "train.py"],
+                                             "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+                },
+            },
+        }
+        return self.admin.request("POST", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs", body=body)
+
+    def job(self, name: str) -> dict[str, Any] | None:
+        return self.admin.job(NAMESPACE, name)
+
+    def pods_of(self, job: str) -> list[dict[str, Any]]:
+        pods = self.admin.pods(NAMESPACE, label_selector=f"batch.kubernetes.io/job-name={job}")
+        return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+    def bound_nodes(self, job: str) -> list[str]:
+        """Nodes of the Job's live pods in completion-index order ('' for an unbound pod)."""
+        pods = sorted(self.pods_of(job),
+                      key=lambda p: int(p["metadata"]["annotations"].get("batch.kubernetes.io/job-completion-index",
+                                                                          0)))
+        return [p["spec"].get("nodeName", "") for p in pods]
+
+    def running_on(self, job: str, count: int) -> list[str] | None:
+        pods = self.pods_of(job)
+        if len(pods) != count or any(p["status"].get("phase") != "Running" for p in pods):
+            return None
+        return self.bound_nodes(job)
+
+    def cordon_outside(self, name: str, on: bool = True) -> None:
+        """`kubectl cordon` / `kubectl uncordon`: a strategic merge patch by field manager kubectl-cordon."""
+        self.admin.request("PATCH", f"/api/v1/nodes/{name}", query=[("fieldManager", "kubectl-cordon")],
+                           body={"spec": {"unschedulable": on}},
+                           content_type="application/strategic-merge-patch+json")
+
+    def fail_node(self, name: str) -> None:
+        """The node's kubelet reports it NotReady (kwok's node-not-ready stage, as a kubelet whose node
+        failed). Stopping one node's lease renewals is not possible here: kwok, watching every lease,
+        renews an expired one of a node it no longer plays."""
+        self.admin.node_patch(name, {"metadata": {"labels": {"node-not-ready.stage.kwok.x-k8s.io": "true"},
+                                                  "annotations": {"node-not-ready.stage.kwok.x-k8s.io/reason":
+                                                                  "KubeletNotReady"}}})
+
+    def reset(self) -> None:
+        self.admin.request("DELETE", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs",
+                           query=[("propagationPolicy", "Background")])
+        # At once, not through kwok: a pod on a node kwok no longer plays would stay Terminating.
+        self.admin.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods", query=[("gracePeriodSeconds", "0")])
+        for node in self.admin.list("/api/v1/nodes")[0]:
+            self.admin.request("DELETE", f"/api/v1/nodes/{node['metadata']['name']}")
+        wait_for(lambda: not self.admin.list(f"/api/v1/namespaces/{NAMESPACE}/pods")[0]
+                 and not self.admin.list(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs")[0]
+                 and not self.admin.list("/api/v1/nodes")[0], timeout=60, what="Jobs, pods and Nodes gone")
+
+
+@pytest.fixture
+def kube(k8s_admin, k8s_settings, celery_eager, db) -> Iterator[Kube]:
+    """The real cluster, exclusively, empty before and after."""
+    with LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            k8s_admin.request("POST", "/api/v1/namespaces",
+                              body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        except KubernetesError as exc:
+            if exc.status != 409:
+                raise
+        cluster = Kube(k8s_admin)
+        cluster.reset()
+        try:
+            yield cluster
+        finally:
+            cluster.reset()
+
+
+def seed_nodes(count: int = 8, per_rack: int = 4) -> list[dict[str, Any]]:
+    """The seed's nodes n1..n8 (racks r1: n1-n4, r2: n5-n8, one zone), 8 × H100 each, as GFD labels them."""
+    return [h100_node(f"n{i}", rack=f"r{(i - 1) // per_rack + 1}") for i in range(1, count + 1)]
+
+
+def has_fleetdeck_cordon(node: dict[str, Any]) -> bool:
+    return bool(node["spec"].get("unschedulable")) and any(
+        t["key"] == CORDON_TAINT for t in node["spec"].get("taints") or [])
+
+
+def wait_for(predicate, *, timeout: float, what: str, interval: float = 0.25):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)

@@ -1,0 +1,68 @@
+"""The Node watch against the real API server: racks, nodes and GPUs equal to the cluster's Nodes,
+each change reflected within one watch event and audited; the API server's 410 makes it list again."""
+from __future__ import annotations
+
+import pytest
+
+from core.models import AuditEvent
+from fleet.models import Gpu, Node
+from health.models import HealthEvent
+
+from .conftest import seed_nodes
+from .samples import A100_MIXED_CAPACITY, A100_MIXED_LABELS, capacity_of, labels_of, node_object
+
+pytestmark = [pytest.mark.slow, pytest.mark.kubernetes, pytest.mark.django_db]
+
+
+def test_nodes_racks_and_gpus_follow_the_cluster(kube):
+    kube.add_nodes(seed_nodes())
+    labels = labels_of(A100_MIXED_LABELS)
+    capacity, allocatable = capacity_of(A100_MIXED_CAPACITY)
+    kube.add_nodes([node_object("dgx1", {**labels, "fleetdeck.io/rack": "r3"}, capacity, allocatable)])
+    kube.sync()
+    assert sorted(Node.objects.values_list("name", flat=True)) == ["dgx1", *[f"n{i}" for i in range(1, 9)]]
+    assert sorted(Node.objects.get(name="n5").rack.nodes.values_list("name", flat=True)) == ["n5", "n6", "n7", "n8"]
+    dgx = Node.objects.get(name="dgx1")
+    assert dgx.flavor.name.startswith("A100") and dgx.gpus.count() == 1
+    gpu = dgx.gpus.get()
+    assert gpu.mig_enabled and sorted(i["profile"] for i in gpu.mig_instances) == ["1g.5gb", "2g.10gb", "3g.20gb"]
+    assert dgx.labels["k8s.labels"]["nvidia.com/mig.strategy"] == "mixed"
+    assert Gpu.objects.filter(node__name="n1", health="healthy").count() == 8
+
+    # Relabelled into another rack: one watch event moves it, audited.
+    kube.admin.node_patch("n4", {"metadata": {"labels": {"fleetdeck.io/rack": "r2"}}})
+    kube.sync()
+    assert Node.objects.get(name="n4").rack.name == "r2"
+    relabel = AuditEvent.objects.for_target(Node.objects.get(name="n4")).get(verb="node.kubernetes_labels")
+    assert relabel.before == {"fleetdeck.io/rack": "r1"} and relabel.after == {"fleetdeck.io/rack": "r2"}
+
+    # The device plugin withdraws a GPU (allocatable 7 < capacity 8): one GPU unhealthy, a health event.
+    kube.admin.request("PATCH", "/api/v1/nodes/n2/status", body={"status": {"allocatable": {"nvidia.com/gpu": "7"}}},
+                       content_type="application/merge-patch+json")
+    kube.sync()
+    assert list(Gpu.objects.filter(node__name="n2", health="unhealthy").values_list("index", flat=True)) == [7]
+    event = HealthEvent.objects.get(kind="device_unhealthy")
+    assert (event.node.name, event.source) == ("n2", "kubernetes") and "7 of 8" in event.evidence
+    kube.admin.request("PATCH", "/api/v1/nodes/n2/status", body={"status": {"allocatable": {"nvidia.com/gpu": "8"}}},
+                       content_type="application/merge-patch+json")
+    kube.sync()
+    assert not Gpu.objects.filter(node__name="n2", health="unhealthy").exists()
+    assert HealthEvent.objects.get(kind="device_unhealthy").resolved_at is not None
+
+    # Deleted from the cluster: out of placement at once, history kept.
+    kube.admin.request("DELETE", "/api/v1/nodes/n8")
+    kube.sync()
+    n8 = Node.objects.get(name="n8")
+    assert (n8.state, n8.labels["k8s.deleted"]) == ("unknown", True)
+    assert AuditEvent.objects.for_target(n8).filter(verb="node.kubernetes_deleted").exists()
+
+
+def test_a_watch_whose_version_is_gone_lists_again(kube):
+    kube.add_nodes(seed_nodes(2, per_rack=2))
+    kube.sync()
+    assert kube.nodes_watch.lists == 1
+    kube.nodes_watch.resource_version = "1"  # compacted away long ago: the API server answers 410 Gone
+    kube.add_nodes([seed_nodes(3, per_rack=2)[2]])
+    kube.sync()
+    assert kube.nodes_watch.lists == 2
+    assert Node.objects.filter(name="n3").exists()
