@@ -1,0 +1,306 @@
+"""Fleetdeck next to kube-scheduler on the same real control plane, in one run.
+
+    tests/integrations/kubernetes/cluster.sh up
+    .venv/bin/python bench/kubernetes_bind.py [--nodes 500] [--jobs 4000] [--gangs 200] [--scale-nodes 5000]
+
+1. Single pods: `--nodes` kwok nodes of 8 × H100 (GFD labels from ../shared/telemetry/k8s_nodes/), `--jobs`
+   single-pod Jobs of 1-8 GPUs (one seeded draw). kube-scheduler (default profile, started from the same build)
+   binds them once; then the same Jobs, suspended and queue-labelled, go through Fleetdeck (Job watch, placement
+   rounds, executor ticks binding via pods/binding). Prints pods bound per second from the Jobs' creation to the
+   last bind, and the fully free nodes left, for both.
+2. Gangs: `--gangs` Indexed Jobs of 2-8 pods × 8 GPUs, more than the nodes hold. kube-scheduler binds pod by pod
+   and leaves partial gangs (counted); Fleetdeck binds whole gangs or none.
+3. Scale: `--scale-nodes` Nodes; the Node watch's first full sync into an empty inventory, then the lag from a
+   label change on one Node to Fleetdeck's row showing it.
+
+Fleetdeck's side runs in this process on a throwaway database (a SQLite file, or a scratch copy of the
+DATABASE_URL PostgreSQL database); it talks to the API server as its service account (fleetdeck.kubeconfig)."""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+K8S_BASE = Path(os.environ.get("K8S_BASE", "/tmp/fleetdeck-k8s"))
+K8S_VERSION = os.environ.get("K8S_VERSION", "v1.34.4")
+BIN = Path(os.environ.get("K8S_CACHE", "/var/cache/fleetdeck-k8s")) / K8S_VERSION / "bin"
+SAMPLES = Path(os.environ.get("FLEETDECK_K8S_SAMPLES", ROOT.parent / "shared" / "telemetry" / "k8s_nodes"))
+H100_LABELS = SAMPLES / "nvidia-docs_h100-80gb_mig-single_all-disabled_node-labels.yaml"
+NAMESPACE = "fleetdeck-bench"
+# The tests' lock: they empty the cluster between tests, so the benchmark holds it for its whole run.
+LOCK = Path(tempfile.gettempdir()) / "fleetdeck-k8s-tests.lock"
+PRODUCT = "NVIDIA-H100-80GB-HBM3"
+
+
+def _setup_django() -> str:
+    from bench.benchdb import django_setup, scratch_database
+
+    url = os.environ.get("DATABASE_URL", "")
+    if url.startswith("postgres"):
+        url = scratch_database(url, suffix="_bench_k8s")
+    else:
+        url = f"sqlite:///{tempfile.mkdtemp(prefix='fleetdeck-bench-k8s-')}/db.sqlite3"
+    django_setup(url)
+    return url
+
+
+def cluster_from(kubeconfig: Path):
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+
+    from integrations.kubernetes.client import Cluster
+
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    configuration.connection_pool_maxsize = 32
+    return Cluster(k8s.ApiClient(configuration))
+
+
+def node_body(name: str, *, rack: str, kwok: bool = True) -> dict[str, Any]:
+    labels = {**json.loads(H100_LABELS.read_text()), "nvidia.com/gpu.count": "8", "kubernetes.io/hostname": name,
+              "fleetdeck.io/rack": rack, "topology.kubernetes.io/zone": "zone-a"}
+    labels.pop("node-role.kubernetes.io/control-plane", None)
+    resources = {"cpu": "64", "memory": "1056Gi", "pods": "110", "nvidia.com/gpu": "8"}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": labels,
+                         "annotations": {"kwok.x-k8s.io/node": "fake"} if kwok else {}},
+            "spec": {},
+            "status": {"capacity": resources, "allocatable": resources,
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                       "phase": "Running"}}
+
+
+def job_body(name: str, *, pods: int, gpus: int, fleetdeck: bool) -> dict[str, Any]:
+    template: dict[str, Any] = {
+        "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "3600s",
+                                     "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "3600s"}},
+        "spec": {"restartPolicy": "Never", "nodeSelector": {"nvidia.com/gpu.product": PRODUCT},
+                 "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"],
+                                 "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+    }
+    spec: dict[str, Any] = {"parallelism": pods, "completions": pods, "completionMode": "Indexed", "backoffLimit": 0,
+                            "template": template}
+    labels = {}
+    if fleetdeck:
+        template["spec"]["schedulerName"] = "fleetdeck"
+        spec["suspend"] = True
+        labels = {"fleetdeck.io/queue": "bench-q", "fleetdeck.io/priority-class": "bench"}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": NAMESPACE,
+                                                                   "labels": labels}, "spec": spec}
+
+
+def parallel(fn, items, workers: int = 16) -> None:
+    with ThreadPoolExecutor(workers) as pool:
+        for _ in pool.map(fn, items):
+            pass
+
+
+def reset(admin, *, nodes: bool) -> None:
+    admin.request("DELETE", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs", query=[("propagationPolicy", "Background")])
+    admin.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods", query=[("gracePeriodSeconds", "0")])
+    if nodes:
+        admin.request("DELETE", "/api/v1/nodes")
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        left = len(admin.list(f"/api/v1/namespaces/{NAMESPACE}/pods")[0]) + len(
+            admin.list(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs")[0])
+        if nodes:
+            left += len(admin.list("/api/v1/nodes")[0])
+        if not left:
+            return
+        time.sleep(1)
+    raise SystemExit("the cluster did not empty within 10 minutes")
+
+
+def bound_pods(admin) -> list[dict[str, Any]]:
+    return [p for p in admin.list(f"/api/v1/namespaces/{NAMESPACE}/pods", limit=5000)[0]
+            if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")]
+
+
+class Meter:
+    """Counts bound pods until no new bind for `quiet` seconds; the rate is over creation → last bind."""
+
+    def __init__(self, admin, t0: float, quiet: float) -> None:
+        self.admin, self.t0, self.quiet = admin, t0, quiet
+        self.count, self.last_change = 0, time.monotonic()
+        self.last_bind = t0
+
+    def sample(self) -> bool:
+        pods = bound_pods(self.admin)
+        now = time.monotonic()
+        if len(pods) != self.count:
+            self.count, self.last_change, self.last_bind = len(pods), now, now
+        return now - self.last_change < self.quiet
+
+    def result(self, admin, node_names: list[str], gangs: dict[str, int] | None = None) -> dict[str, Any]:
+        pods = bound_pods(admin)
+        used = {p["spec"]["nodeName"] for p in pods}
+        out = {"bound": len(pods), "seconds": round(self.last_bind - self.t0, 1),
+               "per_second": round(len(pods) / max(0.001, self.last_bind - self.t0), 1),
+               "free_nodes": sum(1 for n in node_names if n not in used)}
+        if gangs is not None:
+            per_job: dict[str, int] = {}
+            for p in pods:
+                job = p["metadata"]["labels"].get("batch.kubernetes.io/job-name", "")
+                per_job[job] = per_job.get(job, 0) + 1
+            out["whole_gangs"] = sum(1 for j, n in gangs.items() if per_job.get(j, 0) == n)
+            out["partial_gangs"] = sum(1 for j, n in gangs.items() if 0 < per_job.get(j, 0) < n)
+        return out
+
+
+def run_kube_scheduler(admin, jobs: list[tuple[str, int, int]], node_names, *, gangs=None) -> dict[str, Any]:
+    log = open(K8S_BASE / "log" / "kube-scheduler-bench.log", "ab")  # noqa: SIM115 - closed below
+    scheduler = subprocess.Popen(  # noqa: S603 - our own build
+        [str(BIN / "kube-scheduler"), f"--kubeconfig={K8S_BASE / 'scheduler.kubeconfig'}", "--leader-elect=false",
+         "--secure-port=0", "--kube-api-qps=500", "--kube-api-burst=1000"], stdout=log, stderr=log)
+    try:
+        time.sleep(3)
+        t0 = time.monotonic()
+        parallel(lambda j: admin.request("POST", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs",
+                                         body=job_body(j[0], pods=j[1], gpus=j[2], fleetdeck=False)), jobs)
+        meter = Meter(admin, t0, quiet=10)
+        while meter.sample():
+            time.sleep(1)
+        return meter.result(admin, node_names, gangs)
+    finally:
+        scheduler.terminate()
+        scheduler.wait(30)
+        log.close()
+
+
+def run_fleetdeck(admin, watch, jobs: list[tuple[str, int, int]], node_names, *, gangs=None) -> dict[str, Any]:
+    from core.actors import Actor
+    from scheduling.services import executor_tick, placement_round_run
+
+    t0 = time.monotonic()
+    parallel(lambda j: admin.request("POST", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs",
+                                     body=job_body(j[0], pods=j[1], gpus=j[2], fleetdeck=True)), jobs)
+    meter = Meter(admin, t0, quiet=10)
+    while True:
+        watch.run_for(1)
+        placement_round_run(actor=Actor.automation("bench"))
+        executor_tick()
+        if not meter.sample():
+            break
+    return meter.result(admin, node_names, gangs)
+
+
+def fleetdeck_fixture() -> None:
+    from fleet.models import GpuFlavor
+    from scheduling.models import PriorityClass, Queue, QueueQuota, Team
+
+    team = Team.objects.create(name="bench")
+    queue = Queue.objects.create(name="bench-q", team=team)
+    QueueQuota.objects.create(queue=queue, flavor=GpuFlavor.objects.get(product=PRODUCT.replace("-", " ")),
+                              nominal=1_000_000)
+    PriorityClass.objects.create(name="bench", value=100)
+
+
+def scale(admin, count: int) -> dict[str, Any]:
+    from django.conf import settings
+
+    from fleet.models import Node
+    from integrations.kubernetes.sync import node_reflector
+
+    reset(admin, nodes=True)
+    # Not kwok's: 5,000 lease renewals would be the whole test; the inventory reads the Node objects.
+    # A pool of their own, so the first full sync is of these Nodes only (the benchmark's earlier
+    # nodes stay in the other pool).
+    settings.FLEETDECK.update({"KUBERNETES_POOL": "scale", "KUBERNETES_NODE_SELECTOR": "fleetdeck.io/bench=scale"})
+
+    def create(i: int) -> None:
+        body = node_body(f"s{i}", rack=f"s-r{i // 32}", kwok=False)
+        body["metadata"]["labels"]["fleetdeck.io/bench"] = "scale"
+        admin.request("POST", "/api/v1/nodes", body=body)
+
+    parallel(create, range(count), workers=32)
+    watch = node_reflector()
+    t0 = time.monotonic()
+    watch.relist()
+    first_sync = time.monotonic() - t0
+    assert Node.objects.count() >= count, Node.objects.count()
+    lags = []
+    for attempt in range(3):
+        name = f"s{attempt * 7}"
+        admin.node_patch(name, {"metadata": {"labels": {"fleetdeck.io/rack": f"moved-{attempt}"}}})
+        t1 = time.monotonic()
+        while Node.objects.select_related("rack").get(name=name).rack.name != f"moved-{attempt}":
+            watch.run_for(0.2)
+        lags.append(time.monotonic() - t1)
+    reset(admin, nodes=True)
+    return {"nodes": count, "first_full_sync_s": round(first_sync, 1),
+            "label_change_lag_s": [round(x, 2) for x in lags]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--jobs", type=int, default=4000)
+    parser.add_argument("--gangs", type=int, default=200)
+    parser.add_argument("--scale-nodes", type=int, default=5000)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    if not (K8S_BASE / "admin.kubeconfig").is_file() or not (BIN / "kube-scheduler").is_file():
+        raise SystemExit("start the control plane first: tests/integrations/kubernetes/cluster.sh up")
+    lock = LOCK.open("w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    _setup_django()
+    from django.conf import settings
+
+    settings.FLEETDECK.update({"KUBERNETES_ENABLED": True, "KUBERNETES_CLUSTER_NAME": "bench", "ROUND_QUEUE_DEPTH": 0,
+                               "KUBERNETES_KUBECONFIG": str(K8S_BASE / "fleetdeck.kubeconfig")})
+    from integrations.kubernetes.sync import job_reflector, node_reflector
+
+    admin = cluster_from(K8S_BASE / "admin.kubeconfig")
+    try:
+        admin.request("POST", "/api/v1/namespaces",
+                      body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    except Exception:  # noqa: BLE001 - exists from an earlier run
+        pass
+    reset(admin, nodes=True)
+    names = [f"b{i}" for i in range(args.nodes)]
+    parallel(lambda n: admin.request("POST", "/api/v1/nodes", body=node_body(n, rack=f"r{int(n[1:]) // 16}")), names)
+    node_reflector().relist()
+    fleetdeck_fixture()
+    rng = random.Random(args.seed)
+    singles = [(f"single-{i}", 1, rng.randint(1, 8)) for i in range(args.jobs)]
+    gangs = [(f"gang-{i}", rng.randint(2, 8), 8) for i in range(args.gangs)]
+    rows = []
+    jobs_watch = job_reflector()
+    for what, jobs, sizes in (("single pods", singles, None), ("gangs", gangs, {n: p for n, p, _ in gangs})):
+        ks = run_kube_scheduler(admin, jobs, names, gangs=sizes)
+        reset(admin, nodes=False)
+        jobs_watch.run_for(1)  # see where the watch stands before Fleetdeck's Jobs arrive
+        fd = run_fleetdeck(admin, jobs_watch, jobs, names, gangs=sizes)
+        reset(admin, nodes=False)
+        jobs_watch.run_for(2)  # the Jobs' deletion cancels their workloads: the GPUs are free again
+        rows.append((what, ks, fd))
+    print(f"\n{args.nodes} kwok nodes x 8 GPUs; {args.jobs} single-pod Jobs of 1-8 GPUs; "
+          f"{args.gangs} gangs of 2-8 pods")
+    print(f"{'':14} {'scheduler':15} {'bound':>6} {'seconds':>8} {'pods/s':>8} {'free nodes':>11} {'whole':>6} "
+          f"{'partial':>8}")
+    for what, ks, fd in rows:
+        for name, r in (("kube-scheduler", ks), ("fleetdeck", fd)):
+            print(f"{what:14} {name:15} {r['bound']:>6} {r['seconds']:>8} {r['per_second']:>8} "
+                  f"{r['free_nodes']:>11} {r.get('whole_gangs', ''):>6} {r.get('partial_gangs', ''):>8}")
+    if args.scale_nodes:
+        result = scale(admin, args.scale_nodes)
+        print(f"\ninventory at {result['nodes']} Nodes: first full sync {result['first_full_sync_s']} s; "
+              f"label change -> Fleetdeck row {result['label_change_lag_s']} s")
+    reset(admin, nodes=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
