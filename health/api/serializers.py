@@ -22,6 +22,14 @@ class MarkHealthyInputSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000)
 
 
+class MarkHealthyOutputSerializer(serializers.Serializer):
+    gpu = serializers.IntegerField()
+    uuid = serializers.CharField()
+    node = serializers.CharField()
+    health = serializers.CharField()
+    changed = serializers.BooleanField(help_text="False when the GPU was healthy with no open event")
+
+
 class TicketTransitionSerializer(serializers.ModelSerializer):
     class Meta:
         model = TicketTransition

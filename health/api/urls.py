@@ -21,7 +21,7 @@ urlpatterns = [
     path("agent/heartbeat/", AgentHeartbeatView.as_view(), name="agent-heartbeat"),
     # scheduling's router owns workloads/<id>/; the fault report lives here, with the health loop.
     path("workloads/<int:pk>/fault/", WorkloadFaultView.as_view(), name="workload-fault"),
-    path("gpus/<int:pk>/mark-healthy/", GpuMarkHealthyView.as_view(), name="gpu-mark-healthy"),
+    path("gpus/<str:uuid>/mark-healthy/", GpuMarkHealthyView.as_view(), name="gpu-mark-healthy"),
     path("health-events/", HealthEventListView.as_view(), name="health-event-list"),
     *router.urls,
 ]

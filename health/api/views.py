@@ -36,6 +36,7 @@ from .serializers import (
     FaultInputSerializer,
     HealthEventSerializer,
     MarkHealthyInputSerializer,
+    MarkHealthyOutputSerializer,
     RepairTicketDetailSerializer,
     RepairTicketSerializer,
     TicketCreateSerializer,
@@ -220,14 +221,15 @@ class WorkloadFaultView(APIView):
 
 
 class GpuMarkHealthyView(APIView):
-    """POST /api/v1/gpus/{id}/mark-healthy/ {"reason"}: an operator returns a GPU to service."""
+    """POST /api/v1/gpus/{uuid}/mark-healthy/ {"reason"}: an operator returns a GPU to service (the
+    GPU addressed by its UUID, as /api/v1/gpus/{uuid}/ is)."""
 
     permission_classes = [IsOperator]
 
-    @extend_schema(request=MarkHealthyInputSerializer, responses={200: OpenApiTypes.OBJECT},
+    @extend_schema(request=MarkHealthyInputSerializer, responses={200: MarkHealthyOutputSerializer},
                    summary="Mark a GPU healthy (operators)")
-    def post(self, request, pk: int):
-        gpu = get_object_or_404(Gpu.objects.select_related("node"), pk=pk)
+    def post(self, request, uuid: str):
+        gpu = get_object_or_404(Gpu.objects.select_related("node"), uuid=uuid)
         payload = MarkHealthyInputSerializer(data=request.data)
         if not payload.is_valid():
             field, errors = next(iter(payload.errors.items()))

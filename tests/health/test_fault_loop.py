@@ -132,7 +132,7 @@ def test_a_passing_burn_in_returns_the_gpus_it_covered_and_resolves_their_events
 def test_an_operator_marks_a_gpu_healthy_with_a_reason_through_the_api(cluster, operator, viewer):
     _dcgm("n5", _xid_text(GPU0_N5, "79"))
     gpu = Gpu.objects.get(uuid=GPU0_N5)
-    url = f"/api/v1/gpus/{gpu.pk}/mark-healthy/"
+    url = f"/api/v1/gpus/{gpu.uuid}/mark-healthy/"
 
     assert api_for(viewer).post(url, {"reason": "reseated"}, format="json").status_code == 403
     no_reason = api_for(operator).post(url, {}, format="json")

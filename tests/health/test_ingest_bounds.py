@@ -121,8 +121,8 @@ def test_kernel_lines_with_numbers_past_their_bounds_are_refused_per_line_and_th
     huge_xid = f"2026-11-02T09:00:01+00:00 n5 kernel: NVRM: Xid (PCI:{pci_of('n5', 0)}): {2**40}, pid=1, bogus"
     repeats = (f"2026-11-02T09:00:02+00:00 n5 kernel: message repeated {10**12} times: "
                f"[ NVRM: Xid (PCI:{pci_of('n5', 2)}): 13, pid=1, Graphics Exception ]")
-    response = agent_client("n5").post("/api/v1/telemetry/kernel-log/", {"node": "n5", "lines": [huge_xid, repeats, good]},
-                                       format="json")
+    body = {"node": "n5", "lines": [huge_xid, repeats, good]}
+    response = agent_client("n5").post("/api/v1/telemetry/kernel-log/", body, format="json")
 
     assert response.status_code == 200, response.content
     assert [(r["line"], r["field"]) for r in response.json()["rejected"]] == [(1, "xid"), (2, "repeat")]
