@@ -17,6 +17,9 @@ api_v1 = [
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]
 
+# JSON 404s under /api/ (core.errors).
+handler404 = "core.errors.not_found"
+
 urlpatterns = [
     path("login/", LoginView.as_view(), name="login"),
     path("oidc/", include("accounts.oidc_urls")),

@@ -12,7 +12,7 @@ from .selectors import audit_events_visible_to, object_url
 
 class AuditEventSerializer(serializers.ModelSerializer):
     object_url = serializers.SerializerMethodField()
-    user = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    user = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = AuditEvent

@@ -1,0 +1,86 @@
+"""The OpenAPI schema against the server (issue 14 §4): schemathesis generates requests for every
+operation of the schema /api/v1/schema/ serves and runs every check on each response, as an
+operator, through the WSGI application (no server process)."""
+from __future__ import annotations
+
+import pytest
+import schemathesis
+from django.core.signals import request_finished, request_started
+from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
+from drf_spectacular.generators import SchemaGenerator
+from hypothesis import HealthCheck, settings
+from schemathesis.specs.openapi.checks import (
+    missing_required_header,
+    negative_data_rejection,
+    positive_data_acceptance,
+)
+
+from core.actors import Actor
+from core.models import PersonalAccessToken
+from core.tokens import PREFIX_LENGTH, key_hash, token_create
+
+# The schema the view serves, built the same way; loaded at collection so that each operation is
+# its own test (schemathesis's fixture-based loading does not run on pytest 9).
+schema = schemathesis.openapi.from_dict(SchemaGenerator().get_schema(request=None, public=True))
+schema.app = get_wsgi_application()
+
+
+# Findings still open (issue 14 §4), each on its operation only; every other operation runs every
+# check. Boolean query filters ignore a value that is not a boolean instead of a 400; the request
+# schemas of these POSTs are looser than their validation (cross-field rules, existing objects);
+# the Alertmanager receiver answers a missing bearer token with 403, not 401.
+OPEN_FINDINGS = {
+    "GET /api/v1/gpus/": [negative_data_rejection],
+    "GET /api/v1/audit-events/": [negative_data_rejection],
+    "GET /api/v1/health-events/": [negative_data_rejection, positive_data_acceptance],
+    "POST /api/v1/alertmanager/webhook/": [missing_required_header],
+    "POST /api/v1/quota-requests/": [positive_data_acceptance],
+    "POST /api/v1/repair-tickets/": [positive_data_acceptance],
+    "POST /api/v1/tokens/": [positive_data_acceptance, negative_data_rejection],
+    "POST /api/v1/workloads/": [positive_data_acceptance],
+}
+
+# Fixed, so that the requests schemathesis prepares while collecting carry it too.
+KEY = "fdp_schemathesis-operator-key-0123456789abcdef"
+
+
+@schema.auth()
+class OperatorToken:
+    """The operator's token as the schema's auth, so the auth checks know which credentials are
+    the real ones (and send requests without them)."""
+
+    def get(self, case, context) -> str:
+        return KEY
+
+    def set(self, case, data, context) -> None:
+        case.headers = {**(case.headers or {}), "Authorization": f"Token {data}"}
+
+
+@pytest.fixture
+def operator_token(db, operator):
+    token, _ = token_create(user=operator, name="schemathesis", actor=Actor.automation("test"))
+    PersonalAccessToken.objects.filter(pk=token.pk).update(prefix=KEY[:PREFIX_LENGTH], key_hash=key_hash(KEY))
+    # As Django's test client does: the WSGI handler would otherwise close the test's connection
+    # (and its transaction) after each request.
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield KEY
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+@pytest.mark.slow
+@schema.parametrize()
+@settings(max_examples=3, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.filter_too_much])
+def test_every_operation_matches_its_schema(case, operator_token):
+    case.call_and_validate(excluded_checks=OPEN_FINDINGS.get(f"{case.method.upper()} {case.path}", []))
+
+
+def test_an_api_path_that_matches_no_route_is_a_json_404(client, operator):
+    client.force_login(operator)
+    response = client.get("/api/v1/workloads/abc/")
+    assert (response.status_code, response.json()) == (404, {"detail": "Not found."})
+    assert client.get("/no-such-page/")["Content-Type"].startswith("text/html")
