@@ -13,8 +13,9 @@ from typing import Any
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from core.actors import Actor
+from core.models import AuditEvent
 from fleet.models import GpuFlavor
-from scheduling.choices import ACTIVE_STATES, WorkloadState
+from scheduling.choices import ACTIVE_STATES, WAITING_STATES
 from scheduling.models import PriorityClass, Queue, Workload
 from scheduling.services.workloads import workload_cancel, workload_submit
 
@@ -107,7 +108,7 @@ def job_deleted(*, job: Mapping[str, Any]) -> Workload | None:
     if not workload_id.isdigit():
         return None
     workload = Workload.objects.filter(pk=int(workload_id)).first()
-    if workload is None or (workload.state not in ACTIVE_STATES and workload.state != WorkloadState.PENDING):
+    if workload is None or workload.state not in (*ACTIVE_STATES, *WAITING_STATES):
         return None
     meta = job.get("metadata") or {}
     return workload_cancel(workload=workload, actor=IMPORT_ACTOR,
@@ -115,8 +116,17 @@ def job_deleted(*, job: Mapping[str, Any]) -> Workload | None:
 
 
 def jobs_list(items: list[dict[str, Any]], cluster: Cluster | None = None) -> None:
+    """A full list (the first, or a relist after 410 Gone): import what is new, and cancel the
+    workloads whose Jobs were deleted while no watch was there to see the DELETED event."""
     for job in items:
         _safely(job_import, job, cluster)
+    present = {((j.get("metadata") or {}).get("labels") or {}).get(WORKLOAD_LABEL, "") for j in items}
+    imported = AuditEvent.objects.filter(verb="workload.submit", actor=IMPORT_ACTOR.label,
+                                         target_type=Workload._meta.label_lower).values_list("target_id", flat=True)
+    waiting = (*ACTIVE_STATES, *WAITING_STATES)
+    for workload in Workload.objects.filter(pk__in=[int(i) for i in imported if i not in present],
+                                            state__in=waiting).order_by("pk"):
+        workload_cancel(workload=workload, actor=IMPORT_ACTOR, reason="its Job is gone from Kubernetes")
 
 
 def jobs_event(event: WatchEvent, cluster: Cluster | None = None) -> None:

@@ -7,9 +7,11 @@ import pytest
 from core.models import AuditEvent
 from fleet.models import Gpu, Node
 from health.models import HealthEvent
+from scheduling.models import Workload
 
 from .conftest import seed_nodes
 from .samples import A100_MIXED_CAPACITY, A100_MIXED_LABELS, capacity_of, labels_of, node_object
+from .test_worked_example_kubernetes import _queue
 
 pytestmark = [pytest.mark.slow, pytest.mark.kubernetes, pytest.mark.django_db]
 
@@ -66,3 +68,17 @@ def test_a_watch_whose_version_is_gone_lists_again(kube):
     kube.sync()
     assert kube.nodes_watch.lists == 2
     assert Node.objects.filter(name="n3").exists()
+
+
+def test_a_job_deleted_while_the_watch_was_gone_cancels_its_workload(kube, team):
+    kube.add_nodes(seed_nodes(2, per_rack=2))
+    kube.sync()
+    _queue(team)
+    kube.submit_job("gone", pods=1, gpus=8)
+    kube.sync()
+    assert Workload.objects.get(name="gone").state == "pending"
+    kube.jobs_watch.resource_version = "1"  # the next watch gets 410 Gone and lists again
+    kube.admin.request("DELETE", "/apis/batch/v1/namespaces/fleetdeck-tests/jobs/gone",
+                       query=[("propagationPolicy", "Background")])
+    kube.sync()
+    assert Workload.objects.get(name="gone").state == "cancelled"
