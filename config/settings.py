@@ -329,8 +329,14 @@ FLEETDECK = {
     "KUBERNETES_JOB_IMAGE": env_str("KUBERNETES_JOB_IMAGE", "busybox:1.37"),
     "KUBERNETES_DEFAULT_PRIORITY_CLASS": env_str("KUBERNETES_DEFAULT_PRIORITY_CLASS", ""),
 }
-# Per-person notifications (notifications/): a webhook must answer within this many seconds.
-NOTIFICATIONS = {"WEBHOOK_TIMEOUT_SECONDS": float(env_str("NOTIFICATIONS_WEBHOOK_TIMEOUT_SECONDS", "5"))}
+# Per-person notifications (notifications/): a webhook must answer within this many seconds, and
+# (when the list is set, as it should be in production) its host must be one of these: exact names
+# or "*.example.com" for a domain's subdomains. Anyone may enter a webhook URL, and the worker posts
+# from inside the network, so without the list a URL could aim it at internal services (SSRF).
+NOTIFICATIONS = {
+    "WEBHOOK_TIMEOUT_SECONDS": float(env_str("NOTIFICATIONS_WEBHOOK_TIMEOUT_SECONDS", "5")),
+    "WEBHOOK_ALLOWED_HOSTS": [h.lower() for h in env_list("NOTIFICATIONS_WEBHOOK_ALLOWED_HOSTS", [])],
+}
 if FLEETDECK["SLURM_ENABLED"]:
     CELERY_BEAT_SCHEDULE["slurm_inventory_sync"] = {
         "task": "slurm.inventory_sync",

@@ -2,6 +2,7 @@ from django import forms
 
 from .choices import OPERATOR_EVENTS, Event
 from .models import NotificationSettings
+from .transports import webhook_host_refusal
 
 
 class NotificationSettingsForm(forms.ModelForm):
@@ -25,4 +26,7 @@ class NotificationSettingsForm(forms.ModelForm):
         url = self.cleaned_data["webhook_url"].strip()
         if url and not url.startswith(("http://", "https://")):
             raise forms.ValidationError("Must be an http:// or https:// URL.")
+        refusal = webhook_host_refusal(url) if url else ""
+        if refusal:
+            raise forms.ValidationError(refusal[0].upper() + refusal[1:] + ".")
         return url

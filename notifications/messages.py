@@ -31,9 +31,11 @@ def workload_message(event: str, workload, *, reason: str, grace_seconds: int | 
         data.update(grace_seconds=grace_seconds or 0, lost_gpu_hours=lost, preemptor=preemptor)
     elif event == Event.WORKLOAD_REQUEUED:
         subject = f"{name} was stopped and requeued"
-        text = (f"Workload {name} of team {team} was stopped ({reason}) and lost {lost} GPU-hours of work. "
+        # A drain with a grace period stops it only when the grace is over: say how long it had.
+        grace = f" after {grace_seconds} s of grace to checkpoint" if grace_seconds else ""
+        text = (f"Workload {name} of team {team} was stopped ({reason}){grace} and lost {lost} GPU-hours of work. "
                 f"It is requeued from its last checkpoint.")
-        data.update(lost_gpu_hours=lost)
+        data.update(lost_gpu_hours=lost, grace_seconds=grace_seconds or 0)
     elif event == Event.WORKLOAD_FAILED:
         subject, text = f"{name} failed", f"Workload {name} of team {team} failed: {reason}."
     else:

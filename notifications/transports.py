@@ -6,6 +6,7 @@ connection, a 5xx or 429, an SMTP server that is down) and Permanent for what no
 from __future__ import annotations
 
 import smtplib
+from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
@@ -41,7 +42,25 @@ def webhook_body(*, fmt: str, event: str, event_key: str, subject: str, text: st
     return {"event": event, "id": event_key, "subject": subject, "text": text, "url": url, "data": data}
 
 
+def webhook_host_refusal(url: str) -> str:
+    """Why a webhook URL may not be posted to ("" when it may): its host must match
+    NOTIFICATIONS_WEBHOOK_ALLOWED_HOSTS when that list is set."""
+    allowed = settings.NOTIFICATIONS["WEBHOOK_ALLOWED_HOSTS"]
+    if not allowed:
+        return ""
+    host = (urlsplit(url).hostname or "").lower()
+    for pattern in allowed:
+        if host == pattern or (pattern.startswith("*.") and host.endswith(pattern[1:])):
+            return ""
+    return (f"webhooks may only go to {', '.join(allowed)} (NOTIFICATIONS_WEBHOOK_ALLOWED_HOSTS), "
+            f"not {host or 'no host'}")
+
+
 def webhook_send(*, target: str, body: dict) -> None:
+    # Checked again at send time: the list may have been narrowed after the URL was saved.
+    refusal = webhook_host_refusal(target)
+    if refusal:
+        raise Permanent(refusal)
     timeout = settings.NOTIFICATIONS["WEBHOOK_TIMEOUT_SECONDS"]
     try:
         response = httpx.post(target, json=body, timeout=timeout, follow_redirects=False,

@@ -14,7 +14,7 @@ from fleet.models import Node
 from fleet.services import node_cordon
 from health.services.tickets import ticket_open
 from notifications.choices import Event
-from notifications.models import Delivery
+from notifications.models import Delivery, NotificationSettings
 from notifications.services import Message, deliveries_requeue_stale, notify
 from notifications.tasks import notification_deliver_task
 
@@ -96,3 +96,40 @@ def test_bad_settings_are_a_400_naming_the_field(team_member, field, value, word
     body = {"webhook_format": "generic", "wait_threshold_minutes": 60, field: value}
     response = page.post("/account/notifications/", body)
     assert response.status_code == 400 and words in " ".join(response.context["form"].errors[field])
+
+
+@pytest.fixture
+def webhook_hosts(settings):
+    allowed = ["hooks.example.com", "*.corp.example"]
+    settings.NOTIFICATIONS = {**settings.NOTIFICATIONS, "WEBHOOK_ALLOWED_HOSTS": allowed}
+
+
+@pytest.mark.parametrize(("url", "status"), [
+    ("https://hooks.example.com/T0/B1", 302),
+    ("https://chat.corp.example/hook", 302),
+    ("http://169.254.169.254/latest/meta-data/", 400),  # the cloud metadata service
+    ("http://127.0.0.1:6379/", 400),
+    ("https://evilcorp.example/hook", 400),  # "*.corp.example" is subdomains, not a suffix
+], ids=["listed host", "listed domain", "metadata address", "loopback", "lookalike domain"])
+def test_a_webhook_may_only_point_at_the_allowed_hosts(team_member, webhook_hosts, url, status):
+    page = Client()
+    page.force_login(team_member)
+    response = page.post("/account/notifications/", {"webhook_url": url, "webhook_format": "generic",
+                                                     "wait_threshold_minutes": 60})
+    assert response.status_code == status
+    saved = NotificationSettings.objects.filter(user=team_member).values_list("webhook_url", flat=True).first()
+    if status == 400:
+        error = " ".join(response.context["form"].errors["webhook_url"])
+        assert "hooks.example.com, *.corp.example" in error and saved is None
+    else:
+        assert saved == url
+
+
+def test_a_saved_webhook_outside_a_narrowed_list_is_not_posted_to(operator, webhook_receiver, webhook_hosts):
+    subscribe(operator, Event.NODE_CORDONED, webhook=f"{webhook_receiver.url}/ok")  # saved before the list
+    notify(event=Event.NODE_CORDONED, event_key="node.cordoned:1:9", recipients=[operator.notification_settings],
+           message=Message(subject="Node n1 cordoned", text="x"))
+
+    delivery = Delivery.objects.get()
+    assert webhook_receiver.received == []
+    assert delivery.state == "failed" and "not 127.0.0.1" in delivery.last_error

@@ -57,6 +57,30 @@ def test_a_drain_tells_the_team_by_mail_and_webhook(research_queue, member, cloc
     assert set(Delivery.objects.values_list("channel", "state")) == {("email", "sent"), ("webhook", "sent")}
 
 
+def test_a_drain_with_grace_tells_the_team_once_when_the_grace_ends(research_queue, member, clock, webhook_receiver,
+                                                                   django_capture_on_commit_callbacks):
+    subscribe(member, Event.WORKLOAD_REQUEUED, webhook=f"{webhook_receiver.url}/ok")
+    workload = _running(api_for(member), clock, "train", 8)
+    node = workload.allocations.first().node
+    clock.advance(3600)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        node_drain(node=node, reason="PSU swap", grace_seconds=300, actor=OPS, now=clock.now)
+    assert Workload.objects.get(pk=workload.pk).state == WorkloadState.PREEMPTING
+    assert webhook_receiver.received == []  # still running out its grace: nothing to tell yet
+
+    clock.advance(301)
+    with django_capture_on_commit_callbacks(execute=True):
+        run_round(clock)
+        run_round(clock)  # a second tick changes nothing and tells nothing again
+
+    (_, hook), = webhook_receiver.received
+    assert hook["event"] == "workload.requeued" and hook["subject"] == "train was stopped and requeued"
+    # 8 GPUs × 65 min since it started, never checkpointed
+    assert hook["data"]["grace_seconds"] == 300 and hook["data"]["lost_gpu_hours"] == 8.67
+    assert f"node {node.name} drained: PSU swap" in hook["text"] and "300 s of grace" in hook["text"]
+
+
 def test_a_slack_webhook_gets_slack_text(research_queue, member, clock, webhook_receiver,
                                          django_capture_on_commit_callbacks):
     subscribe(member, Event.WORKLOAD_STARTED, webhook=f"{webhook_receiver.url}/ok", fmt="slack")
