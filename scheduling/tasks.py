@@ -5,6 +5,7 @@ from celery import shared_task
 
 from core.actors import Actor
 from scheduling.services import executor_tick, placement_round_run
+from scheduling.services.submission_keys import submission_keys_prune
 
 SCHEDULER_ACTOR = Actor.automation("scheduler")
 
@@ -25,3 +26,8 @@ def placement_round_task() -> dict:
 @shared_task(name="scheduling.executor_tick", ignore_result=True, soft_time_limit=60, time_limit=90)
 def executor_tick_task() -> dict:
     return executor_tick().__dict__
+
+
+@shared_task(name="scheduling.submission_keys_prune", ignore_result=True, soft_time_limit=300, time_limit=360)
+def submission_keys_prune_task() -> int:
+    return submission_keys_prune()

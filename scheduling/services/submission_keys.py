@@ -76,6 +76,14 @@ def workload_submit_once(
     return SubmitOutcome(workload, created=True)
 
 
+def submission_keys_prune(*, now: datetime | None = None) -> int:
+    """Forget the keys past their window (a key is only ever looked up within it); returns how many.
+    Run hourly by Celery beat, so the table holds about one day of submissions, not all of them."""
+    now = now or timezone.now()
+    deleted, _ = SubmissionKey.objects.filter(created_at__lt=now - WINDOW).delete()
+    return deleted
+
+
 def _earlier(actor: Actor, key: str, digest: str, now: datetime) -> Workload | None:
     row = (
         SubmissionKey.objects.filter(user=actor.user, key=key, created_at__gte=now - WINDOW)

@@ -14,6 +14,7 @@ from core.models import AuditEvent
 from scheduling import limits
 from scheduling.models import SubmissionKey, Workload
 from scheduling.services.submission_keys import SubmitOutcome, workload_submit_once
+from scheduling.tasks import submission_keys_prune_task
 from tests.cluster import FLAVOR, api_for, run_round, submit, training
 
 URL = "/api/v1/workloads/"
@@ -190,6 +191,21 @@ def test_keys_are_per_user_and_expire_after_a_day(research_queue, team_member, o
     assert (first.status_code, someone_else.status_code, next_day.status_code) == (201, 201, 201)
     assert len({first.json()["id"], someone_else.json()["id"], next_day.json()["id"]}) == 3
     assert SubmissionKey.objects.filter(key="k").count() == 2
+
+
+def test_keys_past_their_day_are_pruned_by_the_hourly_task(research_queue, team_member, clock, celery_eager,
+                                                          settings):
+    client = api_for(team_member)
+    client.post(URL, SPEC, format="json", HTTP_IDEMPOTENCY_KEY="old")
+    clock.advance(seconds=limits.IDEMPOTENCY_WINDOW_SECONDS - 60)
+    client.post(URL, {**SPEC, "name": "b"}, format="json", HTTP_IDEMPOTENCY_KEY="young")
+    clock.advance(seconds=61)
+
+    assert submission_keys_prune_task.delay().get() == 1
+    assert list(SubmissionKey.objects.values_list("key", flat=True)) == ["young"]
+    assert Workload.objects.count() == 2  # the workloads stay; only the keys go
+    entry = settings.CELERY_BEAT_SCHEDULE["submission_keys_prune"]
+    assert (entry["task"], entry["schedule"]) == (submission_keys_prune_task.name, 3600.0)
 
 
 def test_without_a_key_every_submission_queues_a_workload(research_queue, team_member):
