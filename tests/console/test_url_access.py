@@ -23,7 +23,8 @@ pytestmark = pytest.mark.django_db
 
 # Reachable without a login, by design. Nothing else is.
 # The two ends of single sign-on: off to the provider, and back from it with a code.
-PUBLIC = {"login/", "logout/", "admin/login/", "oidc/authenticate/", "oidc/callback/"}
+# The favicon redirect: browsers ask for it before anyone has logged in, and it reveals nothing.
+PUBLIC = {"login/", "logout/", "admin/login/", "oidc/authenticate/", "oidc/callback/", "favicon.ico"}
 LOGIN_PAGES = {"/login/", "/admin/login/"}
 METRICS_TOKEN = "walk-token"
 CONVERTER_SAMPLES = {"int": "1", "str": "1", "path": "1", "slug": "1", "uuid": str(uuid.UUID(int=1)),
