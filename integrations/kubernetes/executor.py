@@ -33,10 +33,12 @@ from .jobs import (
     WORKLOAD_LABEL,
     JobTemplate,
     bindings,
+    is_job_of,
     job_failure,
     job_for_pod_set,
     job_state,
     live_pods,
+    workload_stamp,
 )
 
 if TYPE_CHECKING:
@@ -71,16 +73,19 @@ class KubernetesExecutor(Executor):
     def cluster(self) -> Cluster:
         return self._cluster or get_cluster()
 
-    def jobs_of(self, workload_id: int) -> list[dict[str, Any]]:
-        items, _ = self.cluster.list(JOBS_PATH, label_selector=f"{WORKLOAD_LABEL}={workload_id}")
-        return sorted(items, key=lambda j: j["metadata"]["name"])
+    def jobs_of(self, workload: Workload) -> list[dict[str, Any]]:
+        """The workload's Jobs: its id label and its submission stamp (a Job of another database's
+        workload with the same id is not one of them)."""
+        items, _ = self.cluster.list(JOBS_PATH, label_selector=f"{WORKLOAD_LABEL}={workload.pk}")
+        stamp = workload_stamp(workload.submitted_at)
+        return sorted((j for j in items if is_job_of(j, workload.pk, stamp)), key=lambda j: j["metadata"]["name"])
 
     # --- start ----------------------------------------------------------------------------
 
     def start(self, workload: Workload, placements: list[ReplicaAssignment]) -> str:
         if not placements:
             raise ValueError(f"workload {workload.pk} has no placements to start")
-        jobs = self.jobs_of(workload.pk) or self._create_jobs(workload)
+        jobs = self.jobs_of(workload) or self._create_jobs(workload)
         by_pod_set: dict[str, list[ReplicaAssignment]] = {}
         for replica in placements:
             by_pod_set.setdefault(replica.pod_set, []).append(replica)
@@ -109,6 +114,7 @@ class KubernetesExecutor(Executor):
                 priority_class=workload.priority_class.name, pod_set=pod_set.name, replicas=pod_set.replicas,
                 gpus_per_replica=pod_set.gpus_per_replica, mig_profile=pod_set.mig_profile,
                 product=pod_set.flavor.product.replace(" ", "-") if pod_set.flavor else "", template=template,
+                stamp=workload_stamp(workload.submitted_at),
             )
             body["spec"]["template"]["spec"]["containers"][0]["env"] = [
                 {"name": "FLEETDECK_WORKLOAD_ID", "value": str(workload.pk)},
@@ -132,7 +138,7 @@ class KubernetesExecutor(Executor):
         self._suspend(workload, 0)
 
     def _suspend(self, workload: Workload, grace_seconds: int) -> None:
-        for job in self.jobs_of(workload.pk):
+        for job in self.jobs_of(workload):
             namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
             if job_state(job):
                 continue  # finished: nothing runs
@@ -164,7 +170,8 @@ class KubernetesExecutor(Executor):
             pods_of.setdefault(pod["metadata"]["labels"][CONTROLLER_UID], []).append(pod)
         reports = []
         for workload in workloads:
-            mine = jobs_of.get(str(workload.pk), [])
+            stamp = workload_stamp(workload.submitted_at)
+            mine = [j for j in jobs_of.get(str(workload.pk), []) if is_job_of(j, workload.pk, stamp)]
             try:
                 report = self._observe(workload, mine, {job_id(j): pods_of.get(j["metadata"]["uid"], []) for j in mine},
                                        workload.pk in stops)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
 
 from core.actors import Actor
 from core.models import AuditEvent
@@ -21,7 +22,17 @@ from scheduling.services.workloads import workload_cancel, workload_submit
 
 from .client import Cluster, KubernetesError, WatchEvent, get_cluster
 from .inventory import conf
-from .jobs import ERROR_ANNOTATION, QUEUE_LABEL, WORKLOAD_LABEL, JobRefused, JobShape, job_shape
+from .jobs import (
+    ERROR_ANNOTATION,
+    QUEUE_LABEL,
+    SUBMITTED_ANNOTATION,
+    WORKLOAD_LABEL,
+    JobRefused,
+    JobShape,
+    is_job_of,
+    job_shape,
+    workload_stamp,
+)
 
 log = logging.getLogger(__name__)
 IMPORT_ACTOR = Actor.automation("kubernetes-jobs")
@@ -83,15 +94,19 @@ def job_import(*, job: Mapping[str, Any], cluster: Cluster | None = None) -> Wor
         if not shape.suspended:
             raise JobRefused("spec.suspend: must be true at creation; Fleetdeck un-suspends it when it admits it")
         spec = workload_spec(shape)
-        workload = workload_submit(spec=spec, actor=IMPORT_ACTOR)
+        # The workload and the Job's tie to it land together: a workload whose Job was never
+        # labelled (the patch failed) would be started with Jobs of its own, and the Job imported twice.
+        with transaction.atomic():
+            workload = workload_submit(spec=spec, actor=IMPORT_ACTOR)
+            cluster.job_patch(namespace, name, {"metadata": {
+                "labels": {WORKLOAD_LABEL: str(workload.pk)},
+                "annotations": {ERROR_ANNOTATION: None, SUBMITTED_ANNOTATION: workload_stamp(workload.submitted_at)}}})
     except (JobRefused, ValidationError, PermissionDenied) as exc:
         reason = str(exc) if isinstance(exc, JobRefused) else _validation_text(exc)
         if annotations.get(ERROR_ANNOTATION) != reason:
             cluster.job_patch(namespace, name, {"metadata": {"annotations": {ERROR_ANNOTATION: reason}}})
         log.info("Job %s/%s not taken: %s", namespace, name, reason)
         return None
-    cluster.job_patch(namespace, name, {"metadata": {"labels": {WORKLOAD_LABEL: str(workload.pk)},
-                                                     "annotations": {ERROR_ANNOTATION: None}}})
     log.info("Job %s/%s is workload %s", namespace, name, workload.pk)
     return workload
 
@@ -110,6 +125,8 @@ def job_deleted(*, job: Mapping[str, Any]) -> Workload | None:
     workload = Workload.objects.filter(pk=int(workload_id)).first()
     if workload is None or workload.state not in (*ACTIVE_STATES, *WAITING_STATES):
         return None
+    if not is_job_of(job, workload.pk, workload_stamp(workload.submitted_at)):
+        return None  # another database's workload with the same id
     meta = job.get("metadata") or {}
     return workload_cancel(workload=workload, actor=IMPORT_ACTOR,
                            reason=f"Job {meta.get('namespace')}/{meta.get('name')} deleted in Kubernetes")
@@ -118,15 +135,19 @@ def job_deleted(*, job: Mapping[str, Any]) -> Workload | None:
 def jobs_list(items: list[dict[str, Any]], cluster: Cluster | None = None) -> None:
     """A full list (the first, or a relist after 410 Gone): import what is new, and cancel the
     workloads whose Jobs were deleted while no watch was there to see the DELETED event."""
+    present = {((meta.get("labels") or {}).get(WORKLOAD_LABEL, ""), (meta.get("annotations") or {})
+                .get(SUBMITTED_ANNOTATION, "")) for meta in ((j.get("metadata") or {}) for j in items)}
     for job in items:
-        _safely(job_import, job, cluster)
-    present = {((j.get("metadata") or {}).get("labels") or {}).get(WORKLOAD_LABEL, "") for j in items}
+        # A Job imported by this very list was listed before it was labelled.
+        if (workload := _safely(job_import, job, cluster)) is not None:
+            present.add((str(workload.pk), workload_stamp(workload.submitted_at)))
     imported = AuditEvent.objects.filter(verb="workload.submit", actor=IMPORT_ACTOR.label,
                                          target_type=Workload._meta.label_lower).values_list("target_id", flat=True)
     waiting = (*ACTIVE_STATES, *WAITING_STATES)
-    for workload in Workload.objects.filter(pk__in=[int(i) for i in imported if i not in present],
+    for workload in Workload.objects.filter(pk__in=[int(i) for i in imported if i.isdigit()],
                                             state__in=waiting).order_by("pk"):
-        workload_cancel(workload=workload, actor=IMPORT_ACTOR, reason="its Job is gone from Kubernetes")
+        if (str(workload.pk), workload_stamp(workload.submitted_at)) not in present:
+            workload_cancel(workload=workload, actor=IMPORT_ACTOR, reason="its Job is gone from Kubernetes")
 
 
 def jobs_event(event: WatchEvent, cluster: Cluster | None = None) -> None:
@@ -136,8 +157,9 @@ def jobs_event(event: WatchEvent, cluster: Cluster | None = None) -> None:
         job_deleted(job=event.object)
 
 
-def _safely(handler, job: Mapping[str, Any], cluster: Cluster | None) -> None:
+def _safely(handler, job: Mapping[str, Any], cluster: Cluster | None) -> Workload | None:
     try:
-        handler(job=job, cluster=cluster)
+        return handler(job=job, cluster=cluster)
     except KubernetesError as exc:  # the next event or list of this Job tries again
         log.warning("Job %s: %s", (job.get("metadata") or {}).get("name"), exc.message)
+        return None

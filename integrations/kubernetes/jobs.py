@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from .nodes import MIG_RESOURCE, quantity
@@ -23,6 +24,10 @@ POD_SET_LABEL = "fleetdeck.io/pod-set"
 PLACEMENT_ANNOTATION = "fleetdeck.io/placement"
 RUN_ANNOTATION = "fleetdeck.io/run"
 ERROR_ANNOTATION = "fleetdeck.io/error"
+# The workload id alone does not name one workload for ever: another Fleetdeck database (a
+# reinstall, a staging copy, a benchmark's scratch database) on the same cluster counts its ids
+# from 1 too, and its Jobs may outlive it. The id plus the workload's submission time does.
+SUBMITTED_ANNOTATION = "fleetdeck.io/workload-submitted-at"
 SCHEDULER_NAME = "fleetdeck"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 # kwok's pod-complete stage reads how long a pod "runs" from this annotation (a Go duration).
@@ -108,6 +113,18 @@ def job_shape(job: Mapping[str, Any]) -> JobShape:
     )
 
 
+def workload_stamp(submitted_at: datetime) -> str:
+    """The SUBMITTED_ANNOTATION value of a workload submitted at `submitted_at` (UTC, to the microsecond)."""
+    return submitted_at.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def is_job_of(job: Mapping[str, Any], workload_id: int, stamp: str) -> bool:
+    """Whether the Job belongs to this workload: its id label and its submission stamp both match."""
+    meta = job.get("metadata") or {}
+    return ((meta.get("labels") or {}).get(WORKLOAD_LABEL) == str(workload_id)
+            and (meta.get("annotations") or {}).get(SUBMITTED_ANNOTATION) == stamp)
+
+
 def job_state(job: Mapping[str, Any]) -> str:
     """"succeeded", "failed" or "" from the Job's status conditions."""
     for condition in (job.get("status") or {}).get("conditions") or []:
@@ -185,7 +202,7 @@ class JobTemplate:
 
 def job_for_pod_set(*, workload_id: int, workload_name: str, queue: str, priority_class: str, pod_set: str,
                     replicas: int, gpus_per_replica: int, mig_profile: str, product: str,
-                    template: JobTemplate) -> dict[str, Any]:
+                    template: JobTemplate, stamp: str) -> dict[str, Any]:
     """A suspended Indexed Job for one pod set, in the shape a user's Job takes (so both paths meet)."""
     resource = {f"nvidia.com/mig-{mig_profile}": "1"} if mig_profile else {"nvidia.com/gpu": str(gpus_per_replica)}
     labels = {QUEUE_LABEL: queue, PRIORITY_LABEL: priority_class, WORKLOAD_LABEL: str(workload_id),
@@ -204,7 +221,7 @@ def job_for_pod_set(*, workload_id: int, workload_name: str, queue: str, priorit
         "kind": "Job",
         "metadata": {"name": f"fleetdeck-w{workload_id}-{pod_set}"[:63].rstrip("-").lower(),
                      "namespace": template.namespace, "labels": labels,
-                     "annotations": {"fleetdeck.io/workload-name": workload_name}},
+                     "annotations": {"fleetdeck.io/workload-name": workload_name, SUBMITTED_ANNOTATION: stamp}},
         "spec": {
             "suspend": True,
             "parallelism": replicas,

@@ -71,7 +71,8 @@ def test_the_job_fleetdeck_creates_for_an_api_workload_is_a_users_job_in_shape()
     body = job_for_pod_set(workload_id=7, workload_name="train", queue="research-q", priority_class="training-prod",
                            pod_set="worker", replicas=2, gpus_per_replica=8, mig_profile="",
                            product="NVIDIA-H100-80GB-HBM3",
-                           template=JobTemplate(namespace="ml", image="busybox", command=["true"], run_seconds=60))
+                           template=JobTemplate(namespace="ml", image="busybox", command=["true"], run_seconds=60),
+                           stamp="2026-12-01T00:00:00.000000+00:00")
     shape = job_shape(body)
     assert (shape.replicas, shape.gpus_per_replica, shape.queue, shape.suspended) == (2, 8, "research-q", True)
     assert body["metadata"]["labels"]["fleetdeck.io/workload"] == "7"

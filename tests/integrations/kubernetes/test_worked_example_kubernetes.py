@@ -49,7 +49,6 @@ def _all_running(kube, names_counts):
     return check
 
 
-@pytest.mark.xfail(reason="passes alone; failed once in the full suite (stop 20 notes)", strict=False)
 def test_the_worked_example_runs_as_jobs_and_survives_n3s_xid_79(kube, team, django_capture_on_commit_callbacks):
     kube.add_nodes(seed_nodes())
     kube.sync()
@@ -116,7 +115,6 @@ def test_the_worked_example_runs_as_jobs_and_survives_n3s_xid_79(kube, team, dja
     assert Workload.objects.get(name="train-b").requeue_count == 0
 
 
-@pytest.mark.xfail(reason="passes alone; failed once in the full suite (stop 20 notes)", strict=False)
 def test_of_two_gangs_that_fit_only_one_at_a_time_the_other_has_no_pod_bound(kube, team):
     kube.add_nodes(seed_nodes(2, per_rack=2))
     kube.sync()
@@ -134,7 +132,6 @@ def test_of_two_gangs_that_fit_only_one_at_a_time_the_other_has_no_pod_bound(kub
     assert Workload.objects.get(name=other).state == "pending"
 
 
-@pytest.mark.xfail(reason="passes alone; failed once in the full suite (stop 20 notes)", strict=False)
 def test_kubectl_cordon_from_outside_is_mirrored_and_a_notready_node_requeues_its_gang(
     kube, team, django_capture_on_commit_callbacks
 ):
