@@ -20,7 +20,7 @@ from .choices import (
     TopologyMode,
     WorkloadState,
 )
-from .usage import pod_set_gpus
+from .usage import pod_set_asked_label, pod_set_gpus
 
 
 def _at_most(bound: int) -> list:
@@ -236,6 +236,15 @@ class Workload(models.Model):
         return sum(
             pod_set_gpus(replicas=ps.replicas, gpus_per_replica=ps.gpus_per_replica, milli_gpu=ps.milli_gpu,
                          mig_profile=ps.mig_profile)
+            for ps in self.pod_sets.all()
+        )
+
+    @property
+    def gpus_asked_label(self) -> str:
+        """What the workload asks for, in words, pod set by pod set (scheduling.usage.pod_set_asked_label)."""
+        return " + ".join(
+            pod_set_asked_label(replicas=ps.replicas, gpus_per_replica=ps.gpus_per_replica, milli_gpu=ps.milli_gpu,
+                                mig_profile=ps.mig_profile)
             for ps in self.pod_sets.all()
         )
 

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import F, Sum, Window
 from django.db.models.functions import RowNumber
+from django.template.defaultfilters import pluralize
 
 from fleet.models import Gpu, GpuFlavor
 
@@ -63,7 +64,8 @@ def mtbf_per_gpu_hours(now: datetime) -> tuple[float, str]:
     if failures <= 0 or gpus == 0:
         return DEFAULT_MTBF_GPU_HOURS, "default (no failures recorded)"
     hours = gpus * FAILURE_WINDOW_DAYS * 24.0
-    return hours / failures, f"{failures} failures over {gpus} GPUs × {FAILURE_WINDOW_DAYS} days"
+    return hours / failures, (f"{failures} failure{pluralize(failures)} over {gpus} GPU{pluralize(gpus)} × "
+                              f"{FAILURE_WINDOW_DAYS} days")
 
 
 def checkpoint_advice(workload: Workload, *, now: datetime, gpus: int | None = None) -> dict:

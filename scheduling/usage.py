@@ -9,6 +9,8 @@ numbers from here (scheduling.selectors.usage_book loads them in a fixed number 
   admission, exactly as the engine charges it (engine.placement.Need.quota_gpus): whole GPUs
   per replica × replicas; milli-GPU shares and MIG slices added up over the pod set's replicas
   and rounded up.
+  `pod_set_asked_label` says the same request in words for the pages ("2 × 1g.10gb MIG",
+  "0.5 GPU (shared)", "16 GPUs (2 × 8)"): the number alone reads 1 for a 1g.10gb slice.
 * GPUs held (`held_gpus`, `held_by_queue`): a workload's allocated milli on one flavor, rounded
   up to whole GPUs (a half-used GPU is still a GPU nobody else gets exclusively), then summed
   per queue: how the round's snapshot counts a queue's usage and what a preempted workload
@@ -31,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .engine.placement import need_of
+from .engine.placement import Kind, need_of
 from .engine.types import WHOLE, PodSetSpec
 
 Key = tuple[int, int]  # (queue_id, flavor_id)
@@ -79,6 +81,22 @@ def pod_set_gpus(*, replicas: int, gpus_per_replica: int, milli_gpu: int | None 
     """GPUs a stored pod set asks for (its columns), as quota counts them on admission."""
     return spec_gpus(PodSetSpec(name="", replicas=replicas, gpus_per_replica=gpus_per_replica, milli=milli_gpu,
                                 mig_profile=mig_profile or None))
+
+
+def pod_set_asked_label(*, replicas: int, gpus_per_replica: int, milli_gpu: int | None = None,
+                        mig_profile: str = "") -> str:
+    """What a stored pod set asks for, in words, read the way the engine reads it (need_of):
+    a MIG slice or a share of one GPU is named as such, never as a GPU count."""
+    need = need_of(PodSetSpec(name="", replicas=replicas, gpus_per_replica=gpus_per_replica, milli=milli_gpu,
+                              mig_profile=mig_profile or None))
+    if need.kind == Kind.MIG:
+        return f"{replicas} × {need.profile} MIG"
+    if need.kind == Kind.SHARE:
+        share = f"{need.milli / WHOLE:g} GPU (shared)"
+        return share if replicas == 1 else f"{replicas} × {share}"
+    total = replicas * need.gpus
+    gpus = f"{total} GPU{'' if total == 1 else 's'}"
+    return gpus if replicas == 1 else f"{gpus} ({replicas} × {need.gpus})"
 
 
 def held_gpus(milli: int) -> int:

@@ -109,6 +109,17 @@ def ticket_open(
     return ticket, created
 
 
+# How a ticket's state reads in a sentence ("Ticket #3 is in burn-in"): the labels alone need an
+# article that depends on the word ("A open ticket" was the result of guessing one).
+_STATE_PHRASES = {
+    TicketState.OPEN: "open",
+    TicketState.DIAGNOSING: "being diagnosed",
+    TicketState.REPAIRED: "repaired",
+    TicketState.BURN_IN: "in burn-in",
+    TicketState.RETURNED: "closed (returned)",
+}
+
+
 def ticket_transition(
     *, ticket: RepairTicket, to_state: str, reason: str, actor: Actor, now: datetime | None = None
 ) -> RepairTicket:
@@ -123,7 +134,7 @@ def ticket_transition(
         allowed = ticket_moves(ticket.state)
         if to_state not in allowed:
             raise TicketConflict(
-                {"to": [f"A {ticket.get_state_display().lower()} ticket cannot move to {to_state}; "
+                {"to": [f"Ticket #{ticket.pk} is {_STATE_PHRASES[ticket.state]}, so it cannot move to {to_state}; "
                         f"allowed: {', '.join(allowed) or 'nothing (it is closed)'}."]},
                 code="invalid_transition",
             )

@@ -8,6 +8,7 @@ from scheduling.usage import (
     compute_usage,
     held_by_queue,
     held_gpus,
+    pod_set_asked_label,
     pod_set_gpus,
     projected_nominal_sum,
 )
@@ -89,6 +90,24 @@ def test_projection_applies_scheduled_changes_then_this_one():
 )
 def test_gpus_asked_are_what_quota_charges(pod_set, want):
     assert pod_set_gpus(**pod_set) == want
+
+
+@pytest.mark.parametrize(
+    ("pod_set", "want"),
+    [
+        ({"replicas": 1, "gpus_per_replica": 8}, "8 GPUs"),
+        ({"replicas": 1, "gpus_per_replica": 1}, "1 GPU"),
+        ({"replicas": 2, "gpus_per_replica": 8}, "16 GPUs (2 × 8)"),
+        ({"replicas": 1, "gpus_per_replica": 0, "mig_profile": "3g.40gb"}, "1 × 3g.40gb MIG"),
+        ({"replicas": 2, "gpus_per_replica": 0, "mig_profile": "1g.10gb"}, "2 × 1g.10gb MIG"),
+        ({"replicas": 1, "gpus_per_replica": 0, "milli_gpu": 500}, "0.5 GPU (shared)"),
+        ({"replicas": 3, "gpus_per_replica": 1, "milli_gpu": 250}, "3 × 0.25 GPU (shared)"),
+        ({"replicas": 2, "gpus_per_replica": 1, "milli_gpu": 1000}, "2 GPUs (2 × 1)"),
+    ],
+    ids=["whole", "one", "gang", "one-mig-slice", "mig-slices", "half-a-gpu", "quarter-shares", "full-share-is-whole"],
+)
+def test_what_a_pod_set_asks_reads_as_the_engine_reads_it(pod_set, want):
+    assert pod_set_asked_label(**pod_set) == want
 
 
 def test_gpus_held_round_up_per_workload_then_add_up_per_queue():
