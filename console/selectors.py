@@ -11,13 +11,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-from django.db.models import QuerySet
 from django.utils import timezone
 
 from core.models import AuditEvent
 from fleet.choices import NODE_STATE_COLORS, GpuHealth, NodeState
-from fleet.models import Gpu, GpuFlavor, Node
+from fleet.models import Gpu, GpuFlavor, Node, Rack
 from health import telemetry
 from scheduling.choices import WORKLOAD_STATE_COLORS
 from scheduling.models import Allocation
@@ -56,9 +56,12 @@ class FlavorCapacity:
     # Allocatable and not allocated.
     free: int = 0
     unhealthy: int = 0
-    # Ready nodes with every GPU healthy and none allocated: what a whole-node job needs.
+    # Ready nodes with every GPU healthy and none allocated: what a whole-node job needs...
     fully_free_nodes: int = 0
-    # Fragmentation: free GPUs stranded next to allocated ones on a ready node...
+    # ...and their GPUs.
+    free_on_fully_free_nodes: int = 0
+    # Fragmentation: the other free GPUs of ready nodes, those next to allocated ones or to an
+    # unhealthy GPU (only smaller jobs can use them). With the above, adds up to `free`...
     idle_on_partial_nodes: int = 0
     # ...and healthy idle GPUs on nodes the scheduler may not use (cordoned, draining, ...).
     idle_on_unschedulable_nodes: int = 0
@@ -228,10 +231,12 @@ def _node_box(
     cap.gpus += len(box.gpus)
     if ready:
         cap.free += idle_healthy
-        if box.allocated:
-            cap.idle_on_partial_nodes += idle_healthy
-        elif all_healthy and box.gpus:
+        if not box.allocated and all_healthy and box.gpus:
             cap.fully_free_nodes += 1
+            cap.free_on_fully_free_nodes += idle_healthy
+        else:
+            # Something runs here or a GPU is unhealthy: no whole-node job fits, smaller ones do.
+            cap.idle_on_partial_nodes += idle_healthy
     else:
         cap.idle_on_unschedulable_nodes += idle_healthy
     return box
@@ -260,13 +265,29 @@ class NodeWorkload:
         return WORKLOAD_STATE_COLORS.get(self.workload.state, "#616161")
 
 
+@dataclass(frozen=True, slots=True)
+class FieldChange:
+    """One field of an audited change, references shown by name ("rack: r1 → r2")."""
+
+    field: str
+    after: Any
+    before: Any = None
+    had_before: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    event: AuditEvent
+    changes: list[FieldChange]
+
+
 @dataclass(slots=True)
 class NodeDetail:
     node: Node
     state_color: str
     gpus: list[GpuRow]
     workloads: list[NodeWorkload]
-    audit: QuerySet[AuditEvent]
+    audit: list[HistoryEntry]
 
     @property
     def allocated_count(self) -> int:
@@ -278,6 +299,46 @@ class NodeDetail:
 
 
 AUDIT_LIMIT = 50
+# Node fields whose audit rows may hold a row id (the importer records foreign keys by id, the
+# backends' node_create by name): the history shows the name. Each model is read once for all rows.
+_NAMED_FIELDS: dict[str, type[Rack] | type[GpuFlavor]] = {"rack": Rack, "flavor": GpuFlavor}
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def node_history(node: Node, limit: int = AUDIT_LIMIT) -> list[HistoryEntry]:
+    """The node's latest audit events, each change as field, before and after, with the ids of
+    racks and flavors replaced by their names: one query for the events and one per referenced
+    model, however many rows. An id whose row is gone reads "#<id> (deleted)"."""
+    events = list(AuditEvent.objects.for_target(node)[:limit])
+    wanted: dict[str, set[int]] = defaultdict(set)
+    for event in events:
+        for values in (event.before or {}, event.after or {}):
+            for key, value in values.items():
+                if key in _NAMED_FIELDS and _is_id(value):
+                    wanted[key].add(value)
+    names = {
+        key: dict(_NAMED_FIELDS[key].objects.filter(pk__in=ids).values_list("pk", "name"))
+        for key, ids in wanted.items()
+    }
+
+    def shown(key: str, value: Any) -> Any:
+        if key in names and _is_id(value):
+            return names[key].get(value, f"#{value} (deleted)")
+        return value
+
+    entries = []
+    for event in events:
+        before = event.before or {}
+        changes = [
+            FieldChange(field=key, after=shown(key, value), before=shown(key, before.get(key)),
+                        had_before=key in before)
+            for key, value in (event.after or {}).items()
+        ]
+        entries.append(HistoryEntry(event=event, changes=changes))
+    return entries
 
 
 def node_detail(name: str) -> NodeDetail:
@@ -304,5 +365,5 @@ def node_detail(name: str) -> NodeDetail:
         state_color=NODE_STATE_COLORS.get(node.state, _UNKNOWN_COLOR),
         gpus=list(rows.values()),
         workloads=list(workloads.values()),
-        audit=AuditEvent.objects.for_target(node)[:AUDIT_LIMIT],
+        audit=node_history(node),
     )

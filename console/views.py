@@ -14,7 +14,7 @@ from fleet.agent_tokens import node_token_rotate
 from fleet.choices import NODE_STATE_COLORS, ExecutorKind, NodeState
 from fleet.forms import NodeReasonForm
 from fleet.models import Gpu, Node
-from health.services import gpu_mark_healthy
+from health.services import gpu_mark_healthy, unfinished_ticket
 from scheduling.quota_requests.selectors import sizing_signals
 
 from . import charts
@@ -59,12 +59,17 @@ def _detail_or_404(name: str) -> NodeDetail:
 def _render_node(request: HttpRequest, detail: NodeDetail, forms: dict | None = None, status: int = 200,
                  new_agent_token: str = ""):
     action_forms = []
+    open_ticket = None
     if is_operator(request.user):
         forms = forms or {}
         # A refused form is shown even where the state offers no action, to carry its error.
         actions = [a for a in NODE_ACTIONS if a in forms or a in ACTIONS_BY_STATE.get(detail.node.state, ())]
         action_forms = [(a, NODE_ACTIONS[a][0], forms.get(a) or NodeReasonForm()) for a in actions]
-    context = {"detail": detail, "node": detail.node, "action_forms": action_forms, "new_agent_token": new_agent_token}
+        if "uncordon" in actions:
+            # The override box only where health's uncordon gate would refuse: the same question it asks.
+            open_ticket = unfinished_ticket(detail.node)
+    context = {"detail": detail, "node": detail.node, "action_forms": action_forms, "new_agent_token": new_agent_token,
+               "open_ticket": open_ticket}
     return render(request, "fleet/node_detail.html", context, status=status)
 
 

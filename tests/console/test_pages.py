@@ -101,7 +101,11 @@ def test_overview_counts_capacity_and_fragmentation_per_flavor(fleet):
     assert h100.free == 9
     assert h100.unhealthy == 1
     assert h100.fully_free_nodes == 1  # h2 only: h3 has an unhealthy GPU, h1 runs something
-    assert h100.idle_on_partial_nodes == 2
+    assert h100.free_on_fully_free_nodes == 4
+    # h1's 2 idle GPUs and h3's 3 healthy ones (its unhealthy GPU keeps whole-node jobs off it):
+    # every free GPU is in one column or the other.
+    assert h100.idle_on_partial_nodes == 5
+    assert h100.free_on_fully_free_nodes + h100.idle_on_partial_nodes == h100.free
     assert h100.idle_on_unschedulable_nodes == 3
     assert h100.utilised == 0.0
 
@@ -203,7 +207,7 @@ def test_overview_page_shows_cards_chart_grid_and_cordoned_nodes(fleet, viewer, 
     assert 'id="capacity-chart"' in body
     assert '<script src="/static/vendor/plotly.min.js">' in body
     assert "cdn" not in body.lower() and "fonts.googleapis" not in body
-    assert "Fully free nodes" in body and "Idle GPUs on partly used nodes" in body
+    assert "Fully free nodes" in body and "Idle GPUs on partly used or degraded nodes" in body
     assert 'href="/nodes/h1/"' in body and 'href="/nodes/a1/"' in body
     # One cell per GPU, plus one in the legend.
     assert body.count('<i class="g allocated">') == 5 + 1
