@@ -18,6 +18,12 @@ MAX_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB per replica
 MAX_ACCEPTED_PRODUCTS = 16
 MAX_PRODUCT_LENGTH = 64
 MAX_POD_SET_NAME_LENGTH = 64
+# What a pod set's containers run (the Kubernetes executor's Job). An OCI reference: a registry
+# host, a repository of at most 255 characters, a tag of at most 128 and a digest fit well in 512.
+MAX_IMAGE_LENGTH = 512
+MAX_COMMAND_ARGS = 256
+MAX_COMMAND_ARG_LENGTH = 4096
+MAX_COMMAND_LENGTH = 65536  # all arguments together
 MAX_WORKLOAD_NAME_LENGTH = 128  # Workload.name's column
 
 # Durations in seconds: time limit, run time, checkpoint interval and checkpoint write.

@@ -267,6 +267,13 @@ class PodSet(models.Model):
     mig_profile = models.CharField(max_length=32, blank=True)
     cpu_millicores = models.PositiveIntegerField(default=0, validators=_at_most(limits.MAX_CPU_MILLICORES))
     memory_mib = models.PositiveBigIntegerField(default=0, validators=_at_most(limits.MAX_MEMORY_MIB))
+    image = models.CharField(
+        max_length=limits.MAX_IMAGE_LENGTH, blank=True, validators=[validate_storable_text],
+        help_text="Container image (the Kubernetes executor's Job); empty = KUBERNETES_JOB_IMAGE",
+    )
+    command = models.JSONField(
+        default=list, blank=True, help_text="Container command and arguments; empty = the executor's default"
+    )
 
     class Meta:
         ordering = ["workload_id", "id"]

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 JOBS_PATH = "/apis/batch/v1/jobs"
-# What a Job created for an API-submitted workload runs: Fleetdeck's workloads carry no image yet.
+# What a Job created for an API-submitted workload runs when its pod set names no command.
 DEFAULT_COMMAND = ["sh", "-c", 'echo "fleetdeck replica $JOB_COMPLETION_INDEX"; sleep "${FLEETDECK_RUN_SECONDS:-3600}"']
 
 
@@ -103,12 +103,15 @@ class KubernetesExecutor(Executor):
         return ids[:128]
 
     def _create_jobs(self, workload: Workload) -> list[dict[str, Any]]:
-        template = JobTemplate(
-            namespace=str(conf("KUBERNETES_NAMESPACE", "default")), image=str(conf("KUBERNETES_JOB_IMAGE", "busybox")),
-            command=DEFAULT_COMMAND, run_seconds=workload.run_seconds or 3600,
-        )
+        namespace = str(conf("KUBERNETES_NAMESPACE", "default"))
         created = []
         for pod_set in workload.pod_sets.select_related("flavor").order_by("pk"):
+            # The pod set's own image and command; the operator's default image (and a command
+            # that sleeps the workload's run time) for a spec that names none.
+            template = JobTemplate(
+                namespace=namespace, image=pod_set.image or str(conf("KUBERNETES_JOB_IMAGE", "busybox")),
+                command=list(pod_set.command) or DEFAULT_COMMAND, run_seconds=workload.run_seconds or 3600,
+            )
             body = job_for_pod_set(
                 workload_id=workload.pk, workload_name=workload.name, queue=workload.queue.name,
                 priority_class=workload.priority_class.name, pod_set=pod_set.name, replicas=pod_set.replicas,

@@ -7,12 +7,15 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from scheduling import limits
+from scheduling.choices import TopologyLevel, TopologyMode
 from scheduling.models import PodSet, Workload, WorkloadTransition
 from scheduling.selectors import checkpoint_advice, workload_placements
+from scheduling.services.specs import IMAGE_REFERENCE
 
 
 class PodSetSerializer(serializers.ModelSerializer):
     flavor = serializers.CharField(source="flavor.name", default=None)
+    command = serializers.ListField(child=serializers.CharField(allow_blank=True))
 
     class Meta:
         model = PodSet
@@ -27,6 +30,8 @@ class PodSetSerializer(serializers.ModelSerializer):
             "mig_profile",
             "cpu_millicores",
             "memory_mib",
+            "image",
+            "command",
         ]
 
 
@@ -136,3 +141,61 @@ class CancelSerializer(serializers.Serializer):
     reason = serializers.CharField(
         max_length=limits.MAX_COMMENT_LENGTH, required=False, allow_blank=True, default=""
     )
+
+
+# The submit body, for the OpenAPI schema only: scheduling.services.specs.parse_spec validates it
+# (with the rules a schema cannot say: existing teams, queues and flavors, node sizes).
+class PodSetSpecSerializer(serializers.Serializer):
+    name = serializers.CharField(required=False, max_length=limits.MAX_POD_SET_NAME_LENGTH,
+                                 help_text="Unique in the workload; default ps<index>")
+    replicas = serializers.IntegerField(min_value=1, max_value=limits.MAX_REPLICAS)
+    gpus_per_replica = serializers.IntegerField(required=False, min_value=0, max_value=limits.MAX_GPUS_PER_REPLICA,
+                                                help_text="Default 1 (0 with milli_gpu or mig_profile)")
+    flavor = serializers.CharField(required=False, allow_null=True, max_length=64)
+    accepted_products = serializers.ListField(child=serializers.CharField(max_length=limits.MAX_PRODUCT_LENGTH),
+                                              required=False, allow_null=True,
+                                              max_length=limits.MAX_ACCEPTED_PRODUCTS)
+    milli_gpu = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=1000)
+    mig_profile = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=32)
+    cpu_millicores = serializers.IntegerField(required=False, min_value=0, max_value=limits.MAX_CPU_MILLICORES)
+    memory_mib = serializers.IntegerField(required=False, min_value=0, max_value=limits.MAX_MEMORY_MIB)
+    image = serializers.RegexField(
+        f"^(?:{IMAGE_REFERENCE.pattern})$", required=False, allow_null=True, allow_blank=True,
+        max_length=limits.MAX_IMAGE_LENGTH,
+        help_text="Container image of the pod set's Job on a Kubernetes pool (e.g. nvcr.io/nvidia/pytorch:24.05-py3); "
+                  "omitted: the KUBERNETES_JOB_IMAGE setting. Other executors ignore it.",
+    )
+    command = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, max_length=limits.MAX_COMMAND_ARG_LENGTH), required=False,
+        allow_null=True, max_length=limits.MAX_COMMAND_ARGS,
+        help_text=f"The container's program and arguments, run without a shell (at most {limits.MAX_COMMAND_LENGTH} "
+                  "characters in all); omitted: Fleetdeck's default (sleeps run_seconds). Other executors ignore it.",
+    )
+
+
+class TopologySpecSerializer(serializers.Serializer):
+    level = serializers.ChoiceField(choices=TopologyLevel.values, required=False)
+    mode = serializers.ChoiceField(choices=TopologyMode.values, required=False)
+
+
+class CheckpointSpecSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField(required=False)
+    write_seconds = serializers.IntegerField(required=False, min_value=0, max_value=limits.MAX_SECONDS)
+
+
+class WorkloadSubmitSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=limits.MAX_WORKLOAD_NAME_LENGTH)
+    team = serializers.CharField(max_length=64)
+    queue = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=64,
+                                  help_text="Default: the team's first queue")
+    priority_class = serializers.CharField(max_length=64)
+    pod_sets = PodSetSpecSerializer(many=True, min_length=1, max_length=limits.MAX_POD_SETS)
+    topology = TopologySpecSerializer(required=False, allow_null=True)
+    checkpoint = CheckpointSpecSerializer(required=False, allow_null=True)
+    time_limit_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1,
+                                                  max_value=limits.MAX_SECONDS)
+    run_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=limits.MAX_SECONDS)
+    checkpoint_interval_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1,
+                                                           max_value=limits.MAX_SECONDS)
+    elastic_min_replicas = serializers.IntegerField(required=False, allow_null=True, min_value=1,
+                                                    max_value=limits.MAX_REPLICAS)

@@ -32,6 +32,7 @@ from .serializers import (
     QueueUsageSerializer,
     WorkloadDetailSerializer,
     WorkloadListSerializer,
+    WorkloadSubmitSerializer,
 )
 
 IDEMPOTENCY_KEY = "Idempotency-Key"
@@ -102,7 +103,7 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         return serializer_class(workload, context=context).data
 
     @extend_schema(
-        request=OpenApiTypes.OBJECT,
+        request=WorkloadSubmitSerializer,
         parameters=[IDEMPOTENCY_KEY_PARAMETER],
         responses={
             201: WorkloadDetailSerializer,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +38,16 @@ POD_SET_KEYS = {
     "mig_profile",
     "cpu_millicores",
     "memory_mib",
+    "image",
+    "command",
 }
+# An image reference as the distribution spec's grammar writes it: [host[:port]/]path[:tag][@digest].
+_IMAGE_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_IMAGE_HOST = rf"(?:{_IMAGE_LABEL}(?:\.{_IMAGE_LABEL})*(?::[0-9]+)?/)?"
+_IMAGE_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+_IMAGE_TAG = r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+_IMAGE_DIGEST = r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+IMAGE_REFERENCE = re.compile(_IMAGE_HOST + _IMAGE_PATH + _IMAGE_TAG + _IMAGE_DIGEST)
 
 
 @dataclass
@@ -52,6 +62,8 @@ class PodSetDraft:
     accepted_products: list[str] = field(default_factory=list)
     cpu_millicores: int = 0
     memory_mib: int = 0
+    image: str = ""
+    command: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -105,6 +117,8 @@ class WorkloadDraft:
                 mig_profile=ps.mig_profile,
                 cpu_millicores=ps.cpu_millicores,
                 memory_mib=ps.memory_mib,
+                image=ps.image,
+                command=ps.command,
             )
             for ps in self.pod_sets
         ]
@@ -215,7 +229,35 @@ def parse_pod_set(raw: Any, index: int, sizes: dict[str | None, int]) -> PodSetD
             raw.get("cpu_millicores", 0), f"{where}.cpu_millicores", minimum=0, maximum=limits.MAX_CPU_MILLICORES
         ),
         memory_mib=_int(raw.get("memory_mib", 0), f"{where}.memory_mib", minimum=0, maximum=limits.MAX_MEMORY_MIB),
+        image=_image(raw.get("image"), f"{where}.image"),
+        command=_command(raw.get("command"), f"{where}.command"),
     )
+
+
+def _image(raw: Any, field_name: str) -> str:
+    """A container image reference (e.g. nvcr.io/nvidia/pytorch:24.05-py3), or "" for the default."""
+    image = _str(raw, field_name, required=False, max_length=limits.MAX_IMAGE_LENGTH)
+    if image and not IMAGE_REFERENCE.fullmatch(image):
+        raise _fail(field_name, "Not an image reference: [registry[:port]/]repository[:tag][@digest], "
+                                "the repository in lower case.")
+    return image
+
+
+def _command(raw: Any, field_name: str) -> list[str]:
+    """The container's command and arguments (a list of strings, run without a shell), or [] for the default."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not all(isinstance(arg, str) for arg in raw):
+        raise _fail(field_name, "Must be a list of strings (the program, then its arguments).")
+    if len(raw) > limits.MAX_COMMAND_ARGS:
+        raise _fail(field_name, f"At most {limits.MAX_COMMAND_ARGS} arguments.")
+    if raw and not raw[0]:
+        raise _fail(f"{field_name}[0]", "The program must not be empty.")
+    for index, arg in enumerate(raw):
+        _str(arg, f"{field_name}[{index}]", required=False, max_length=limits.MAX_COMMAND_ARG_LENGTH)
+    if sum(len(arg) for arg in raw) > limits.MAX_COMMAND_LENGTH:
+        raise _fail(field_name, f"At most {limits.MAX_COMMAND_LENGTH} characters in all.")
+    return list(raw)
 
 
 def _products(raw: Any, field_name: str) -> list[str]:

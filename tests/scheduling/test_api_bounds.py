@@ -80,6 +80,26 @@ def many_pod_sets(count: int) -> dict:
                      f"At most {limits.MAX_ACCEPTED_PRODUCTS} products", id="a thousand products"),
         pytest.param({**SPEC, "name": "a\x00b"}, "name", "NUL", id="NUL in the name"),
         pytest.param(pod_set(name="w\x00"), "pod_sets[0].name", "NUL", id="NUL in a pod set name"),
+        pytest.param(pod_set(image="nvcr.io/" + "a" * limits.MAX_IMAGE_LENGTH), "pod_sets[0].image",
+                     f"At most {limits.MAX_IMAGE_LENGTH} characters", id="an image reference past its bound"),
+        pytest.param(pod_set(image="NVCR.io/NVIDIA/PyTorch:24.05"), "pod_sets[0].image", "Not an image reference",
+                     id="an image repository in upper case"),
+        pytest.param(pod_set(image="pytorch:24.05 ; rm -rf /"), "pod_sets[0].image", "Not an image reference",
+                     id="a shell line as the image"),
+        pytest.param(pod_set(image=["pytorch"]), "pod_sets[0].image", "Must be a string", id="an image list"),
+        pytest.param(pod_set(command="torchrun train.py"), "pod_sets[0].command", "list of strings",
+                     id="a command as one string"),
+        pytest.param(pod_set(command=["torchrun", 3]), "pod_sets[0].command", "list of strings",
+                     id="a number among the arguments"),
+        pytest.param(pod_set(command=["x"] * (limits.MAX_COMMAND_ARGS + 1)), "pod_sets[0].command",
+                     f"At most {limits.MAX_COMMAND_ARGS} arguments", id="too many arguments"),
+        pytest.param(pod_set(command=["python", "x" * (limits.MAX_COMMAND_ARG_LENGTH + 1)]), "pod_sets[0].command[1]",
+                     f"At most {limits.MAX_COMMAND_ARG_LENGTH} characters", id="an argument past its bound"),
+        pytest.param(pod_set(command=["x" * limits.MAX_COMMAND_ARG_LENGTH] * 17), "pod_sets[0].command",
+                     f"At most {limits.MAX_COMMAND_LENGTH} characters in all", id="a command past its bound"),
+        pytest.param(pod_set(command=["", "train.py"]), "pod_sets[0].command[0]", "program must not be empty",
+                     id="an empty program"),
+        pytest.param(pod_set(command=["python", "a\x00b"]), "pod_sets[0].command[1]", "NUL", id="NUL in an argument"),
     ],
 )
 def test_an_out_of_bounds_spec_is_refused_naming_the_field_and_the_bound(
@@ -106,6 +126,17 @@ def test_a_spec_at_every_bound_is_accepted(research_queue, operator):
 
     assert created["time_limit_seconds"] == limits.MAX_SECONDS
     assert created["pod_sets"][0]["memory_mib"] == limits.MAX_MEMORY_MIB
+
+
+@pytest.mark.parametrize("image", [
+    "busybox", "busybox:1.37", "nvcr.io/nvidia/pytorch:24.05-py3", "localhost:5000/team/train_job:v1.2",
+    "ghcr.io/org/img@sha256:" + "0" * 64, "registry.example.com/a/b/c:" + "t" * 128,
+])
+def test_an_image_reference_and_a_command_at_their_bounds_are_kept(research_queue, operator, image):
+    command = ["x" * limits.MAX_COMMAND_ARG_LENGTH] * 16 + [""] * (limits.MAX_COMMAND_ARGS - 16)
+    created = submit(api_for(operator), **pod_set(image=image, command=command))
+
+    assert (created["pod_sets"][0]["image"], created["pod_sets"][0]["command"]) == (image, command)
 
 
 @pytest.fixture
