@@ -195,6 +195,11 @@ class Workload(models.Model):
     reserved_placements = models.JSONField(default=list, blank=True)
     executor = models.CharField(max_length=16, blank=True, help_text="Executor that runs the workload")
     executor_job_id = models.CharField(max_length=128, blank=True, help_text="e.g. the Slurm job id")
+    devices = models.JSONField(
+        default=list, blank=True,
+        help_text="The devices each replica of the run that last started got, as the backend's API reports them "
+                  "(Kubernetes DRA ResourceClaim allocations); empty where the API does not say (a device plugin)",
+    )
 
     objects = WorkloadQuerySet.as_manager()
 

@@ -13,7 +13,8 @@ admits it and bound pod by pod to the nodes Fleetdeck planned, as a secondary sc
   the new plan.
 
 Inside a node the device plugin (or DRA) picks the GPU devices: Fleetdeck decides the node and
-the count, the kubelet the devices."""
+the count, the kubelet the devices. Where the API server says which (DRA ResourceClaims, see
+devices.py), the running report carries them and the workload keeps them."""
 from __future__ import annotations
 
 import json
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from scheduling.executors import Executor, ExecutorReport, ReplicaAssignment, StopRequest
 
 from .client import Cluster, KubernetesError, get_cluster
+from .devices import pod_claim_names, pod_devices, slice_uuids
 from .inventory import conf
 from .jobs import (
     PLACEMENT_ANNOTATION,
@@ -38,6 +40,7 @@ from .jobs import (
     job_for_pod_set,
     job_state,
     live_pods,
+    pod_index,
     workload_stamp,
 )
 
@@ -46,6 +49,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 JOBS_PATH = "/apis/batch/v1/jobs"
+CLAIMS_PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
+SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 # What a Job created for an API-submitted workload runs when its pod set names no command.
 DEFAULT_COMMAND = ["sh", "-c", 'echo "fleetdeck replica $JOB_COMPLETION_INDEX"; sleep "${FLEETDECK_RUN_SECONDS:-3600}"']
 
@@ -217,5 +222,36 @@ class KubernetesExecutor(Executor):
         running = [p for p in live if (p.get("status") or {}).get("phase") in ("Running", "Succeeded")]
         if len(running) >= parallelism:
             nodes = sorted({p["spec"].get("nodeName", "") for p in running})
-            return ExecutorReport(workload_id=workload.pk, running=True, message=f"pods running on {', '.join(nodes)}")
+            return ExecutorReport(workload_id=workload.pk, running=True, message=f"pods running on {', '.join(nodes)}",
+                                  devices=tuple(self._devices(running)))
         return None
+
+    def _devices(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """What the API server says each pod got (DRA claims; nothing with a device plugin). Read
+        once, when the gang starts running: only pods that name claims cost calls."""
+        claims: dict[str, dict[str, Any]] = {}
+        nodes: set[str] = set()
+        for pod in pods:
+            namespace = pod["metadata"]["namespace"]
+            for name in pod_claim_names(pod):
+                if name not in claims:
+                    try:
+                        claims[name] = self.cluster.request(
+                            "GET", f"{CLAIMS_PATH.format(namespace=namespace)}/{name}", what=f"claim {name}")
+                    except KubernetesError as exc:  # the run is running either way; say so in the log
+                        log.warning("pod %s: %s", pod["metadata"]["name"], exc.message)
+                        claims[name] = {}
+                nodes.add(pod["spec"].get("nodeName", ""))
+        if not claims:
+            return []
+        uuids: dict[tuple[str, str, str], str] = {}
+        for node in sorted(nodes - {""}):
+            try:
+                page = self.cluster.request("GET", SLICES_PATH, query=[("fieldSelector", f"spec.nodeName={node}")],
+                                            what=f"resource slices of {node}")
+            except KubernetesError as exc:
+                log.warning("node %s: %s", node, exc.message)
+                continue
+            uuids.update(slice_uuids(page.get("items") or []))
+        pods = sorted(pods, key=lambda p: (pod_index(p) or 0, p["metadata"]["name"]))
+        return [device for pod in pods for device in pod_devices(pod, claims, uuids)]

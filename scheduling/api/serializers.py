@@ -87,8 +87,24 @@ class WorkloadListSerializer(serializers.ModelSerializer):
         return round(obj.lost_gpu_seconds / 3600, 3)
 
 
+class DeviceSerializer(serializers.Serializer):
+    """One device a replica got, as the backend's API reports it (Kubernetes DRA)."""
+
+    pod = serializers.CharField()
+    node = serializers.CharField()
+    claim = serializers.CharField()
+    request = serializers.CharField()
+    driver = serializers.CharField()
+    pool = serializers.CharField()
+    device = serializers.CharField()
+    uuid = serializers.CharField(required=False, help_text="The GPU's UUID, where the driver's ResourceSlice gives it")
+
+
 class WorkloadDetailSerializer(WorkloadListSerializer):
     placements = serializers.SerializerMethodField()
+    devices = DeviceSerializer(many=True, read_only=True, help_text=(
+        "The devices each pod of the run that last started got, where the backend's API says so (Kubernetes DRA "
+        "ResourceClaims); empty with a device plugin, whose choice only the kubelet knows"))
     transitions = TransitionSerializer(many=True)
     checkpoint = serializers.SerializerMethodField()
 
@@ -101,6 +117,7 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
             "checkpoint_interval_seconds",
             "elastic_min_replicas",
             "placements",
+            "devices",
             "transitions",
             "checkpoint",
         ]

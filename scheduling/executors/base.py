@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from scheduling.models import Workload
@@ -40,6 +40,9 @@ class ExecutorReport:
     finished: str | None = None  # "succeeded" or "failed"
     stopped: bool = False  # a graceful stop completed: the gang has left its GPUs
     message: str = ""
+    # With running: the devices the backend's API says each replica got, where it says so
+    # (Kubernetes DRA: the pods' ResourceClaim allocations); kept on the workload for this run.
+    devices: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -35,13 +35,15 @@ from .workloads import (
 
 log = logging.getLogger(__name__)
 EXECUTOR_ACTOR = Actor.automation("executor")
+# submitted_at is read: the Kubernetes executor tells a workload's Jobs from those another
+# database's workload of the same id left behind by it (integrations.kubernetes.jobs.is_job_of).
 TICK_UNREAD = (
     "pending_reason",
     "pending_message",
     "reserved_placements",
     "borrowed",
     "time_to_bind",
-    "submitted_at",
+    "devices",
     "queued_at",
     "admitted_at",
     "finished_at",
@@ -268,6 +270,7 @@ def _apply(report: ExecutorReport, workload: Workload, actor: Actor, now: dateti
             actor=actor,
             started_at=now,
             last_progress_at=now,
+            devices=list(report.devices),
         )
     if report.step is not None and workload.state != WorkloadState.ADMITTED:
         if report.checkpoint_at is not None or report.step != workload.progress_step:

@@ -245,7 +245,7 @@ start() {
     --secure-port=0 --node-monitor-period=1s --node-monitor-grace-period="${K8S_NODE_GRACE:-20}s" \
     --kube-api-qps=500 --kube-api-burst=1000 --concurrent-job-syncs=20 --profiling=false
   # kwok: only nodes annotated kwok.x-k8s.io/node=fake are its kubelets (the tests stop one's
-  # heartbeat by removing the annotation); their pods run through kwok's stages.
+  # heartbeat by handing its Lease to a holder that never renews it); their pods run through kwok's stages.
   start_daemon kwok "$BIN/kwok" --kubeconfig="$BASE/kwok.kubeconfig" --config="$CACHE/stages/stages.yaml" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
     --node-lease-duration-seconds="${K8S_NODE_GRACE:-20}" --cidr=10.244.0.1/16 --node-ip=10.255.0.1

@@ -105,7 +105,8 @@ class Kube:
 
     def submit_job(self, name: str, *, pods: int, gpus: int, queue: str = "research-q",
                    priority: str = "training-prod", run_seconds: int = 3600, suspend: bool = True,
-                   scheduler: str = "fleetdeck", product: str = "NVIDIA-H100-80GB-HBM3") -> dict[str, Any]:
+                   scheduler: str = "fleetdeck", product: str = "NVIDIA-H100-80GB-HBM3",
+                   pod_spec: dict[str, Any] | None = None) -> dict[str, Any]:
         """A user's Job, created as `kubectl create -f job.yaml` would: suspended, queue-labelled."""
         body = {
             "apiVersion": "batch/v1", "kind": "Job",
@@ -121,7 +122,8 @@ class Kube:
                              "nodeSelector": {"nvidia.com/gpu.product": product},
                              "containers": [{"name": "train", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
                                              "command": ["torchrun", "train.py"],
-                                             "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+                                             "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+                             **(pod_spec or {})},
                 },
             },
         }
@@ -153,13 +155,17 @@ class Kube:
                            body={"spec": {"unschedulable": on}},
                            content_type="application/strategic-merge-patch+json")
 
-    def fail_node(self, name: str) -> None:
-        """The node's kubelet reports it NotReady (kwok's node-not-ready stage, as a kubelet whose node
-        failed). Stopping one node's lease renewals is not possible here: kwok, watching every lease,
-        renews an expired one of a node it no longer plays."""
-        self.admin.node_patch(name, {"metadata": {"labels": {"node-not-ready.stage.kwok.x-k8s.io": "true"},
-                                                  "annotations": {"node-not-ready.stage.kwok.x-k8s.io/reason":
-                                                                  "KubeletNotReady"}}})
+    def stop_heartbeat(self, name: str) -> None:
+        """The node's kubelet stops: no more lease renewals, no more node status. kwok plays a node's
+        kubelet only while it holds the node's Lease (kube-node-lease/<node>), so the Lease goes to a
+        holder that never renews it, for longer than any test (kwok takes back only an expired Lease);
+        its renewTime stays where the last heartbeat left it. kube-controller-manager's node lifecycle
+        controller then finds the node silent past --node-monitor-grace-period and sets Ready to
+        Unknown ("Kubelet stopped posting node status"), as for a real node that died."""
+        self.admin.request("PATCH", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}",
+                           body={"spec": {"holderIdentity": "fleetdeck-tests-stopped-kubelet",
+                                          "leaseDurationSeconds": 86400}},
+                           content_type="application/merge-patch+json")
 
     def fleetdecks_jobs(self) -> list[dict[str, Any]]:
         """Every Job in any namespace that Fleetdeck would look at: queue- or workload-labelled. Other
@@ -181,6 +187,9 @@ class Kube:
                     raise
         self.admin.request("DELETE", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs",
                            query=[("propagationPolicy", "Background")])
+        # What a DRA driver and the scheduler would have written for a test's pods.
+        self.admin.request("DELETE", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims")
+        self.admin.request("DELETE", "/apis/resource.k8s.io/v1/resourceslices")
         # At once, not through kwok: a pod on a node kwok no longer plays would stay Terminating.
         for namespace in sorted(namespaces):
             self.admin.request("DELETE", f"/api/v1/namespaces/{namespace}/pods", query=[("gracePeriodSeconds", "0")])

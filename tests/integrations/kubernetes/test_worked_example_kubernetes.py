@@ -154,10 +154,12 @@ def test_kubectl_cordon_from_outside_is_mirrored_and_a_notready_node_requeues_it
     kube.sync()
     assert Node.objects.get(name="n5").state == "ready"
 
-    kube.fail_node("n2")
+    kube.stop_heartbeat("n2")  # its kubelet dies: the node lifecycle controller notices the silence
     with django_capture_on_commit_callbacks(execute=True):  # the gang's stop runs after the commit
-        wait_for(lambda: (kube.sync(), Node.objects.get(name="n2").state == "unknown")[1], timeout=60,
+        wait_for(lambda: (kube.sync(), Node.objects.get(name="n2").state == "unknown")[1], timeout=90,
                  what="n2 NotReady in Fleetdeck")
+    ready = next(c for c in kube.node("n2")["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("Unknown", "NodeStatusUnknown")  # silence, not a report
     event = HealthEvent.objects.get(kind="heartbeat_lost", node__name="n2")
     assert event.source == "kubernetes" and "NotReady" in event.evidence
     train_b = Workload.objects.get(name="train-b")
