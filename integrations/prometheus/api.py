@@ -44,12 +44,13 @@ class AlertmanagerTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
     def authenticate(self, request):
+        header = authentication.get_authorization_header(request).decode("latin-1").split()
+        if not header or header[0] != self.keyword:
+            # No bearer credentials: a 401 with WWW-Authenticate (DRF's NotAuthenticated), on or off.
+            return None
         expected = settings.FLEETDECK.get("ALERTMANAGER_WEBHOOK_TOKEN_SHA256", "")
         if not expected:
             raise exceptions.PermissionDenied("The Alertmanager webhook is off: set ALERTMANAGER_WEBHOOK_TOKEN.")
-        header = authentication.get_authorization_header(request).decode("latin-1").split()
-        if not header or header[0] != self.keyword:
-            return None
         if len(header) != 2 or not hmac.compare_digest(token_digest(header[1]), expected):
             raise exceptions.AuthenticationFailed("Wrong Alertmanager webhook token.")
         return AlertmanagerPrincipal(), "alertmanager"

@@ -123,6 +123,15 @@ def test_the_webhook_is_off_without_a_token(cluster, client, settings):
     assert "ALERTMANAGER_WEBHOOK_TOKEN" in response.json()["detail"]
 
 
+def test_a_post_without_credentials_is_a_401_asking_for_a_bearer_token(cluster, client, webhook_settings):
+    settings = webhook_settings
+    for digest in (settings.FLEETDECK["ALERTMANAGER_WEBHOOK_TOKEN_SHA256"], ""):  # on, and off
+        settings.FLEETDECK = {**settings.FLEETDECK, "ALERTMANAGER_WEBHOOK_TOKEN_SHA256": digest}
+        response = client.post(WEBHOOK, webhook_body(xid_alert("n3", 5)), content_type="application/json")
+        assert (response.status_code, response["WWW-Authenticate"]) == (401, "Bearer")
+    assert not HealthEvent.objects.exists()
+
+
 def test_a_malformed_post_is_a_400_naming_the_field(cluster, alertmanager_client):
     alert = xid_alert("n3", 5)
     alert["startsAt"] = "yesterday"
