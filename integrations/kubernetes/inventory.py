@@ -33,17 +33,19 @@ from fleet.services import (
     Retire,
     gpu_health_set,
     gpus_reconcile,
-    node_cordon,
     node_create,
     node_labels_set,
     node_state_move,
-    node_uncordon,
     node_update,
 )
 from health.choices import EventKind, EventSource
 from health.services import condition_record, condition_resolve
-from scheduling.models import Allocation, Workload
-from scheduling.services.workloads import workload_stop_gang
+from integrations.node_mirror import (
+    node_came_back,
+    node_cordoned_outside,
+    node_uncordoned_outside,
+    node_workloads_requeue,
+)
 
 from .nodes import DEFAULT_TOPOLOGY, NodeFacts, mig_layout
 
@@ -333,43 +335,24 @@ class _Reconciler:
         self.requeue_workloads_on(node, reason)
 
     def _came_back(self, node: Node, facts: NodeFacts) -> None:
-        reason = f"Kubernetes reports {node.name} Ready"
-        if node.state == NodeState.UNKNOWN:
-            node_state_move(node=node, to=NodeState.READY, by=Mover.LIVENESS, reason=reason, actor=self.actor,
-                            verb="node.responding")
-        else:
-            audit_record(actor=self.actor, verb="node.responding", target=node, reason=reason,
-                         before={"state": node.state}, after={"state": node.state})
-        condition_resolve(node=node, kind=EventKind.HEARTBEAT_LOST, source=EventSource.KUBERNETES, now=self.now)
+        node_came_back(node=node, reason=f"Kubernetes reports {node.name} Ready", source=EventSource.KUBERNETES,
+                       actor=self.actor, now=self.now)
         self.result.recovered.append(node.name)
 
     def _cordoned_in_kubernetes(self, node: Node, facts: NodeFacts) -> None:
-        if node.state not in (NodeState.READY, NodeState.UNKNOWN):
-            return  # already out of service in Fleetdeck
-        by = facts.cordoned_by_manager or "someone"
-        updated = node_cordon(node=node, reason=f"cordoned in Kubernetes by {by}", actor=KUBERNETES_ACTOR)
-        node.state, node.cordon_reason, node.cordoned_by = updated.state, updated.cordon_reason, updated.cordoned_by
-        self.result.cordoned.append(node.name)
+        reason = f"cordoned in Kubernetes by {facts.cordoned_by_manager or 'someone'}"
+        if node_cordoned_outside(node=node, reason=reason, by=KUBERNETES_ACTOR):
+            self.result.cordoned.append(node.name)
 
     def _uncordoned_in_kubernetes(self, node: Node, labels: dict[str, Any]) -> None:
-        if node.state != NodeState.CORDONED:
-            return
-        if node.cordoned_by == KUBERNETES_ACTOR.label:
-            updated = node_uncordon(node=node, reason="uncordoned in Kubernetes", actor=KUBERNETES_ACTOR)
-            node.state, node.cordoned_by = updated.state, updated.cordoned_by
+        if node_uncordoned_outside(node=node, labels=labels, by=KUBERNETES_ACTOR, reason="uncordoned in Kubernetes",
+                                   prefix="k8s", op="cordon", lost_verb="kubernetes.cordon_lost",
+                                   lost_error="Kubernetes shows the Node schedulable (uncordoned outside Fleetdeck?)",
+                                   actor=self.actor):
             self.result.uncordoned.append(node.name)
-        elif labels.get("k8s.applied") is True and labels.get("k8s.op") == "cordon":
-            # Fleetdeck's cordon stands, but Kubernetes would schedule here: say so on the node page.
-            labels["k8s.applied"] = False
-            labels["k8s.error"] = "Kubernetes shows the Node schedulable (uncordoned outside Fleetdeck?)"
-            audit_record(actor=self.actor, verb="kubernetes.cordon_lost", target=node, reason=labels["k8s.error"])
 
     def requeue_workloads_on(self, node: Node, reason: str) -> None:
-        ids = set(Allocation.objects.filter(node=node, released_at__isnull=True).values_list("workload_id", flat=True))
-        for workload in Workload.objects.filter(pk__in=ids).order_by("pk"):
-            outcome = workload_stop_gang(workload=workload, reason=reason, actor=self.actor, grace_seconds=0)
-            if outcome.stopped:
-                self.result.requeued.append(workload.name)
+        self.result.requeued += node_workloads_requeue(node=node, reason=reason, actor=self.actor)
 
 
 def node_kubernetes_outcome_record(*, node: Node, op: str, applied: bool | None, error: str, actor: Actor) -> Node:

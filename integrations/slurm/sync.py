@@ -30,17 +30,19 @@ from fleet.services import (
     Mover,
     Retire,
     gpus_reconcile,
-    node_cordon,
     node_create,
     node_labels_set,
     node_state_move,
-    node_uncordon,
     node_update,
 )
 from health.choices import EventKind, EventSource
-from health.services import condition_record, condition_resolve
-from scheduling.models import Allocation, Workload
-from scheduling.services.workloads import workload_stop_gang
+from health.services import condition_record
+from integrations.node_mirror import (
+    node_came_back,
+    node_cordoned_outside,
+    node_uncordoned_outside,
+    node_workloads_requeue,
+)
 
 from . import parsers
 from .cli import SlurmCli, get_cli
@@ -228,43 +230,24 @@ class _Reconciler:
                          key=f"slurm|{node.pk}|{self.now.isoformat()}", now=self.now)
 
     def _came_back(self, node: Node, snode: parsers.SlurmNode) -> None:
-        reason = f"Slurm reports {snode.state}"
-        if node.state == NodeState.UNKNOWN:
-            node_state_move(node=node, to=NodeState.READY, by=Mover.LIVENESS, reason=reason, actor=self.actor,
-                            verb="node.responding")
-        else:
-            audit_record(actor=self.actor, verb="node.responding", target=node, reason=reason,
-                         before={"state": node.state}, after={"state": node.state})
-        condition_resolve(node=node, kind=EventKind.HEARTBEAT_LOST, source=EventSource.SLURM, now=self.now)
+        node_came_back(node=node, reason=f"Slurm reports {snode.state}", source=EventSource.SLURM, actor=self.actor,
+                       now=self.now)
         self.result.recovered.append(node.name)
 
     def _drained_in_slurm(self, node: Node, snode: parsers.SlurmNode) -> None:
-        if node.state not in (NodeState.READY, NodeState.UNKNOWN):
-            return  # already out of service in Fleetdeck (its cordon, repair or burn-in)
         reason = snode.reason.text if snode.reason else "drained in Slurm"
-        updated = node_cordon(node=node, reason=reason, actor=SLURM_ACTOR)
-        node.state, node.cordon_reason, node.cordoned_by = updated.state, updated.cordon_reason, updated.cordoned_by
-        self.result.cordoned.append(node.name)
+        if node_cordoned_outside(node=node, reason=reason, by=SLURM_ACTOR):
+            self.result.cordoned.append(node.name)
 
     def _undrained_in_slurm(self, node: Node, labels: dict[str, Any]) -> None:
-        if node.state != NodeState.CORDONED:
-            return
-        if node.cordoned_by == SLURM_ACTOR.label:
-            updated = node_uncordon(node=node, reason="resumed in Slurm", actor=SLURM_ACTOR)
-            node.state, node.cordoned_by = updated.state, updated.cordoned_by
+        if node_uncordoned_outside(node=node, labels=labels, by=SLURM_ACTOR, reason="resumed in Slurm",
+                                   prefix="slurm", op="drain", lost_verb="slurm.drain_lost",
+                                   lost_error="Slurm shows the node not drained (resumed outside Fleetdeck?)",
+                                   actor=self.actor):
             self.result.uncordoned.append(node.name)
-        elif labels.get("slurm.applied") is True and labels.get("slurm.op") == "drain":
-            # Fleetdeck's cordon stands, but Slurm would place jobs here: say so on the node page.
-            labels["slurm.applied"] = False
-            labels["slurm.error"] = "Slurm shows the node not drained (resumed outside Fleetdeck?)"
-            audit_record(actor=self.actor, verb="slurm.drain_lost", target=node, reason=labels["slurm.error"])
 
     def _requeue_workloads_on(self, node: Node, reason: str) -> None:
-        ids = set(Allocation.objects.filter(node=node, released_at__isnull=True).values_list("workload_id", flat=True))
-        for workload in Workload.objects.filter(pk__in=ids).order_by("pk"):
-            outcome = workload_stop_gang(workload=workload, reason=reason, actor=self.actor, grace_seconds=0)
-            if outcome.stopped:
-                self.result.requeued.append(workload.name)
+        self.result.requeued += node_workloads_requeue(node=node, reason=reason, actor=self.actor)
 
     def _mark_missing(self, present: set[str]) -> None:
         gone = Node.objects.select_for_update().filter(executor=ExecutorKind.SLURM, pool=POOL).exclude(name__in=present)
