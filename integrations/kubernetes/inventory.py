@@ -40,12 +40,7 @@ from fleet.services import (
 )
 from health.choices import EventKind, EventSource
 from health.services import condition_record, condition_resolve
-from integrations.node_mirror import (
-    node_came_back,
-    node_cordoned_outside,
-    node_uncordoned_outside,
-    node_workloads_requeue,
-)
+from integrations import node_mirror
 
 from .nodes import DEFAULT_TOPOLOGY, NodeFacts, mig_layout
 
@@ -335,24 +330,24 @@ class _Reconciler:
         self.requeue_workloads_on(node, reason)
 
     def _came_back(self, node: Node, facts: NodeFacts) -> None:
-        node_came_back(node=node, reason=f"Kubernetes reports {node.name} Ready", source=EventSource.KUBERNETES,
-                       actor=self.actor, now=self.now)
+        node_mirror.node_came_back(node=node, reason=f"Kubernetes reports {node.name} Ready",
+                                   source=EventSource.KUBERNETES, actor=self.actor, now=self.now)
         self.result.recovered.append(node.name)
 
     def _cordoned_in_kubernetes(self, node: Node, facts: NodeFacts) -> None:
         reason = f"cordoned in Kubernetes by {facts.cordoned_by_manager or 'someone'}"
-        if node_cordoned_outside(node=node, reason=reason, by=KUBERNETES_ACTOR):
+        if node_mirror.node_cordoned_outside(node=node, reason=reason, by=KUBERNETES_ACTOR):
             self.result.cordoned.append(node.name)
 
     def _uncordoned_in_kubernetes(self, node: Node, labels: dict[str, Any]) -> None:
-        if node_uncordoned_outside(node=node, labels=labels, by=KUBERNETES_ACTOR, reason="uncordoned in Kubernetes",
-                                   prefix="k8s", op="cordon", lost_verb="kubernetes.cordon_lost",
-                                   lost_error="Kubernetes shows the Node schedulable (uncordoned outside Fleetdeck?)",
-                                   actor=self.actor):
+        if node_mirror.node_uncordoned_outside(
+                node=node, labels=labels, by=KUBERNETES_ACTOR, reason="uncordoned in Kubernetes", prefix="k8s",
+                op="cordon", lost_verb="kubernetes.cordon_lost",
+                lost_error="Kubernetes shows the Node schedulable (uncordoned outside Fleetdeck?)", actor=self.actor):
             self.result.uncordoned.append(node.name)
 
     def requeue_workloads_on(self, node: Node, reason: str) -> None:
-        self.result.requeued += node_workloads_requeue(node=node, reason=reason, actor=self.actor)
+        self.result.requeued += node_mirror.node_workloads_requeue(node=node, reason=reason, actor=self.actor)
 
 
 def node_kubernetes_outcome_record(*, node: Node, op: str, applied: bool | None, error: str, actor: Actor) -> Node:

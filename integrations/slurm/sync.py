@@ -37,12 +37,7 @@ from fleet.services import (
 )
 from health.choices import EventKind, EventSource
 from health.services import condition_record
-from integrations.node_mirror import (
-    node_came_back,
-    node_cordoned_outside,
-    node_uncordoned_outside,
-    node_workloads_requeue,
-)
+from integrations import node_mirror
 
 from . import parsers
 from .cli import SlurmCli, get_cli
@@ -230,24 +225,24 @@ class _Reconciler:
                          key=f"slurm|{node.pk}|{self.now.isoformat()}", now=self.now)
 
     def _came_back(self, node: Node, snode: parsers.SlurmNode) -> None:
-        node_came_back(node=node, reason=f"Slurm reports {snode.state}", source=EventSource.SLURM, actor=self.actor,
-                       now=self.now)
+        node_mirror.node_came_back(node=node, reason=f"Slurm reports {snode.state}", source=EventSource.SLURM,
+                                   actor=self.actor, now=self.now)
         self.result.recovered.append(node.name)
 
     def _drained_in_slurm(self, node: Node, snode: parsers.SlurmNode) -> None:
         reason = snode.reason.text if snode.reason else "drained in Slurm"
-        if node_cordoned_outside(node=node, reason=reason, by=SLURM_ACTOR):
+        if node_mirror.node_cordoned_outside(node=node, reason=reason, by=SLURM_ACTOR):
             self.result.cordoned.append(node.name)
 
     def _undrained_in_slurm(self, node: Node, labels: dict[str, Any]) -> None:
-        if node_uncordoned_outside(node=node, labels=labels, by=SLURM_ACTOR, reason="resumed in Slurm",
-                                   prefix="slurm", op="drain", lost_verb="slurm.drain_lost",
-                                   lost_error="Slurm shows the node not drained (resumed outside Fleetdeck?)",
-                                   actor=self.actor):
+        if node_mirror.node_uncordoned_outside(
+                node=node, labels=labels, by=SLURM_ACTOR, reason="resumed in Slurm", prefix="slurm", op="drain",
+                lost_verb="slurm.drain_lost",
+                lost_error="Slurm shows the node not drained (resumed outside Fleetdeck?)", actor=self.actor):
             self.result.uncordoned.append(node.name)
 
     def _requeue_workloads_on(self, node: Node, reason: str) -> None:
-        self.result.requeued += node_workloads_requeue(node=node, reason=reason, actor=self.actor)
+        self.result.requeued += node_mirror.node_workloads_requeue(node=node, reason=reason, actor=self.actor)
 
     def _mark_missing(self, present: set[str]) -> None:
         gone = Node.objects.select_for_update().filter(executor=ExecutorKind.SLURM, pool=POOL).exclude(name__in=present)
