@@ -2,7 +2,7 @@
 
     DATABASE_URL=postgres://... .venv/bin/python bench/prometheus_pages.py [--gpus 10000] [--days 7]
         [--step 15] [--history-hours H] [--repeat 5] [--backfill auto|promtool|blockwriter]
-        [--builtin-fill auto|scrape|sql]
+        [--builtin-fill auto|scrape|sql] [--builtin-history-hours B]
 
 One run, one fleet (bench/fleet_page.py's: 8 GPUs a node, three in five nodes busy):
 
@@ -23,6 +23,12 @@ One run, one fleet (bench/fleet_page.py's: 8 GPUs a node, three in five nodes bu
    $FLEETDECK_BENCH_CACHE, default /var/cache/fleetdeck-bench), without ~40 GB of text that promtool
    2.42 would parse again for every block. Prometheus runs with a 24 h maximum block duration so it
    does not compact the blocks while the pages are timed.
+
+--builtin-history-hours B keeps only the last B hours of minute rows in the built-in store (the
+Prometheus side keeps --history-hours); the output says so. The pages read the minute history only
+in the idle-allocated check (its last 30 minutes, through the (gpu, minute) index); the overview
+reads the latest readings and the team page's charts the usage samples, so B changes the table's
+size, not what the pages read.
 
 For each: the server time of the overview page, a team page and the idle-allocated check: the
 first call (cold: Prometheus just started, PostgreSQL as the fill left it) and the median of
@@ -272,6 +278,8 @@ def main() -> int:
                         help="how the TSDB is written (auto: blockwriter above 20 M samples when go is on PATH)")
     parser.add_argument("--builtin-fill", choices=("auto", "scrape", "sql"), default="auto",
                         help="how the minute history is written (auto: sql above 1 M rows on PostgreSQL)")
+    parser.add_argument("--builtin-history-hours", type=float, default=None,
+                        help="keep only the last B hours of built-in minute rows (default: --history-hours)")
     args = parser.parse_args()
     for tool in ("prometheus", "promtool"):
         if shutil.which(tool) is None:
@@ -324,7 +332,11 @@ def main() -> int:
 
         # 1. The built-in store.
         started = time.perf_counter()
-        minutes = int(hours * 60)
+        builtin_hours = args.builtin_history_hours if args.builtin_history_hours is not None else hours
+        if builtin_hours < hours:
+            print(f"BUILT-IN SCALED DOWN (--builtin-history-hours {builtin_hours:g}): the minute history covers the "
+                  f"last {builtin_hours:g} h, Prometheus {hours:g} h", flush=True)
+        minutes = int(builtin_hours * 60)
         fill = args.builtin_fill
         if fill == "auto":
             fill = "sql" if connection.vendor == "postgresql" and minutes * args.gpus > 1_000_000 else "scrape"
@@ -436,7 +448,7 @@ def main() -> int:
               f"loopback HTTP), wall: the first call, then the median of {args.repeat} calls after it; queries of one "
               f"call. " + ("SCALED DOWN: see above." if scaled else
                            f"Full size: {args.days} days of {args.step} s samples for {len(gpus)} GPUs in Prometheus, "
-                           f"{args.days} days of minute rows in the built-in store."))
+                           f"{builtin_hours:g} h of minute rows in the built-in store."))
     finally:
         if prometheus is not None:
             prometheus.terminate()
