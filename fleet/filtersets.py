@@ -1,6 +1,8 @@
 """Filters of the inventory lists, shared by the API (and any page that lists nodes or GPUs)."""
 import django_filters
 
+from core.filters import StrictBooleanFilter
+
 from .choices import ExecutorKind, GpuHealth, NodeState
 from .models import Gpu, Node, Rack
 
@@ -32,7 +34,7 @@ class GpuFilterSet(django_filters.FilterSet):
     health = django_filters.MultipleChoiceFilter(choices=GpuHealth.choices, help_text="Repeat for several")
     flavor = django_filters.CharFilter(field_name="node__flavor__name", help_text="GPU flavor name")
     pool = django_filters.CharFilter(field_name="node__pool", help_text="Node pool")
-    allocated = django_filters.BooleanFilter(help_text="Held by an active allocation")
+    allocated = StrictBooleanFilter(help_text="Held by an active allocation")
 
     class Meta:
         model = Gpu

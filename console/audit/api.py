@@ -4,6 +4,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import serializers, viewsets
 
+from core.filters import StrictFilterBackend
 from core.models import AuditEvent
 
 from .filtersets import AuditEventFilterSet
@@ -33,6 +34,7 @@ class AuditEventSerializer(serializers.ModelSerializer):
 class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = AuditEventSerializer
     filterset_class = AuditEventFilterSet
+    filter_backends = [StrictFilterBackend]
 
     def get_queryset(self):
         return audit_events_visible_to(self.request.user)

@@ -9,6 +9,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from core.actors import Actor
+from core.filters import StrictFilterBackend
 from core.permissions import IsOperator, ReadOnlyOrOperator
 from fleet.agent_tokens import node_token_rotate
 from fleet.filtersets import GpuFilterSet, NodeFilterSet, RackFilterSet
@@ -38,6 +39,7 @@ class RackViewSet(viewsets.ReadOnlyModelViewSet):
     )
     serializer_class = RackSerializer
     filterset_class = RackFilterSet
+    filter_backends = [StrictFilterBackend]
     permission_classes = [ReadOnlyOrOperator]
     lookup_field = "name"
     lookup_value_regex = NAME_LOOKUP
@@ -66,6 +68,7 @@ def _transition_schema(summary: str, description: str, request):
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = NodeSerializer
     filterset_class = NodeFilterSet
+    filter_backends = [StrictFilterBackend]
     permission_classes = [ReadOnlyOrOperator]
     lookup_field = "name"
     lookup_value_regex = NAME_LOOKUP
@@ -134,6 +137,7 @@ class GpuViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = Gpu.objects.select_related("node", "node__rack", "node__flavor").with_allocation()
     serializer_class = GpuSerializer
     filterset_class = GpuFilterSet
+    filter_backends = [StrictFilterBackend]
     permission_classes = [ReadOnlyOrOperator]
     lookup_field = "uuid"
     lookup_value_regex = NAME_LOOKUP

@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.actors import Actor
-from core.filters import WholeNumberFilter
+from core.filters import StrictBooleanFilter, StrictFilterBackend, WholeNumberFilter
 from core.permissions import IsOperator, ReadOnlyOrOperator
 from fleet.agent.payloads import HeartbeatPayload, RegisterPayload
 from fleet.models import Gpu, Node
@@ -247,7 +247,7 @@ class HealthEventFilter(filters.FilterSet):
     source = filters.ChoiceFilter(choices=EventSource.choices)
     xid = WholeNumberFilter()
     workload = WholeNumberFilter(field_name="workload_id")
-    unresolved = filters.BooleanFilter(field_name="resolved_at", lookup_expr="isnull")
+    unresolved = StrictBooleanFilter(field_name="resolved_at", lookup_expr="isnull")
 
     class Meta:
         model = HealthEvent
@@ -259,6 +259,7 @@ class HealthEventListView(generics.ListAPIView):
 
     serializer_class = HealthEventSerializer
     filterset_class = HealthEventFilter
+    filter_backends = [StrictFilterBackend]
     queryset = HealthEvent.objects.select_related("node")
 
 

@@ -181,6 +181,31 @@ def test_a_number_filter_in_range_is_served(research_queue, operator):
     assert api_for(operator).get("/api/v1/health-events/?workload=9223372036854775807").status_code == 200
 
 
+@pytest.mark.parametrize(("url", "query", "param"), [
+    ("/api/v1/gpus/", "allocated=yes", "allocated"),
+    ("/api/v1/gpus/", "allocated=null&allocated=null", "allocated"),
+    ("/api/v1/gpus/", "allocated=", "allocated"),
+    ("/api/v1/health-events/", "unresolved=2", "unresolved"),
+    ("/api/v1/audit-events/", "until=", "until"),
+    ("/api/v1/audit-events/", "until=yesterday", "until"),
+    ("/api/v1/nodes/", "executor=", "executor"),
+    ("/api/v1/nodes/", "rack=r1&rack=r2", "rack"),
+])
+def test_a_filter_the_schema_refuses_is_a_400_naming_it(research_queue, operator, url, query, param):
+    response = api_for(operator).get(f"{url}?{query}")
+
+    assert response.status_code == 400
+    assert param in response.json()
+
+
+def test_boolean_filters_take_true_and_false_and_free_text_may_be_empty(research_queue, operator):
+    client = api_for(operator)
+    allocated, idle = (client.get(f"/api/v1/gpus/?allocated={v}").json()["count"] for v in ("true", "false"))
+    assert (allocated, idle) == (0, client.get("/api/v1/gpus/").json()["count"])
+    assert client.get("/api/v1/health-events/?unresolved=true&node=").status_code == 200
+    assert client.get("/api/v1/nodes/?state=ready&state=cordoned").status_code == 200
+
+
 @pytest.mark.parametrize("token", ["Bearer é", "Bearer \u00ff\u00fe", "Bearer wrong", ""])
 def test_metrics_refuses_a_wrong_or_non_ascii_token_with_a_401(db, settings, token):
     settings.FLEETDECK = {**settings.FLEETDECK, "METRICS_TOKEN": "s3cret"}
