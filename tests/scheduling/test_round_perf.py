@@ -9,6 +9,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from scheduling.choices import WAITING_STATES
 from scheduling.engine import schedule
 from scheduling.models import PriorityClass, Workload
 from scheduling.selectors import queue_positions
@@ -115,7 +116,6 @@ def test_the_typical_mix_is_reused_within_the_minute_and_read_again_after(
     assert typical_mix_cached(now=later) == ()
 
 
-@pytest.mark.xfail(reason="plan depends on statistics; passes alone (stop 20 notes)", strict=False)
 def test_reservations_are_saved_in_one_statement_and_dropped_when_no_longer_wanted(backlog, clock):
     from types import SimpleNamespace
 
@@ -151,13 +151,25 @@ def test_reservations_are_saved_in_one_statement_and_dropped_when_no_longer_want
     (clear,) = queries.captured_queries  # only the clearing of reservations no longer wanted
     assert clear["sql"].startswith("UPDATE")
     assert dict(Workload.objects.values_list("pk", "reserved_placements"))[kept] == placements_to_json(plan)
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SET enable_seqscan = off")  # a tiny table: ask which index fits the clear
-            cursor.execute("EXPLAIN " + clear["sql"])
-            plan_text = "\n".join(row[0] for row in cursor.fetchall())
-            cursor.execute("RESET enable_seqscan")
-        assert "sched_workload_reserved" in plan_text
+    # The clear asks exactly what the partial index holds (waiting, with a reservation), so it never
+    # reads the backlog. Checked on the index's stored definition, not on a plan: which index a
+    # planner picks for a handful of rows depends on its statistics.
+    where = clear["sql"].split(" WHERE ", 1)[1]
+    assert '"state" IN' in where and '"reserved_placements"' in where
+    predicate = _index_predicate("sched_workload_reserved")
+    assert "state" in predicate and "reserved_placements" in predicate
+    assert all(state in predicate for state in WAITING_STATES)
+
+
+def _index_predicate(name: str) -> str:
+    """The WHERE of a partial index as the database stores it."""
+    query = ("SELECT indexdef FROM pg_indexes WHERE indexname = %s" if connection.vendor == "postgresql"
+             else "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = %s")
+    with connection.cursor() as cursor:
+        cursor.execute(query, [name])
+        (definition,) = cursor.fetchone()
+    assert " WHERE " in definition, definition
+    return definition.split(" WHERE ", 1)[1]
 
 
 def test_raw_reads_decode_json_booleans_and_times_as_the_orm_would(backlog, clock):
