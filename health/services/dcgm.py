@@ -8,7 +8,7 @@ transaction of its own under the node's row lock (node_seen, remediation). dcgm_
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -21,6 +21,7 @@ from fleet.models import Gpu, Node
 from fleet.services import nodes_heartbeat_record
 from health.choices import EventSource
 from health.core import dcgm, policy
+from health.core.pci import normalize_pci_bus_id
 from health.core.xid_catalog import MAX_XID, is_xid_number
 from health.models import WHOLE_GPU
 
@@ -31,7 +32,7 @@ from .readings import ReadingRow, readings_store
 log = logging.getLogger(__name__)
 
 # What matching and storing read of a GPU row (the rest loads on access).
-_GPU_FIELDS = ("id", "uuid", "index", "node")
+_GPU_FIELDS = ("id", "uuid", "index", "pci_bus_id", "node")
 _IDS_PER_STATEMENT = 900  # under SQLite's 999 bound parameters of old builds
 _XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
 
@@ -88,7 +89,9 @@ def _xids_check(reading: dcgm.DcgmSample) -> None:
 
 
 def match_gpus(node: Node, readings: Sequence[dcgm.DcgmSample], gpus: Sequence[Gpu]) -> list[Gpu | None]:
-    """By UUID; else by index when the reading's hostname is the node's (or absent)."""
+    """By UUID; else by index when the reading's hostname is the node's (or absent). A reading whose
+    pci_bus_id is not the bus id of the GPU it names (when that GPU's bus id is known) matches none:
+    a UUID and a bus id that disagree say nothing certain about either GPU."""
     return _match(node, readings, {g.uuid: g for g in gpus}, {g.index: g for g in gpus})
 
 
@@ -101,7 +104,37 @@ def _match(node: Node, readings: Sequence[dcgm.DcgmSample], by_uuid: dict[str, G
         if gpu is None and reading.uuid is None and reading.gpu_index is not None:
             if reading.hostname is None or reading.hostname in names or reading.hostname.split(".")[0] in names:
                 gpu = by_index.get(reading.gpu_index)
-        out.append(gpu)
+        out.append(None if gpu is not None and _bus_conflict(reading, gpu) else gpu)
+    return out
+
+
+def _bus_conflict(reading: dcgm.DcgmSample, gpu: Gpu) -> bool:
+    """The reading names a bus id and the GPU's is known, and they differ."""
+    known = normalize_pci_bus_id(gpu.pci_bus_id) if gpu.pci_bus_id else None
+    return reading.pci_bus_id is not None and known is not None and reading.pci_bus_id != known
+
+
+def _refusals(readings: Sequence[dcgm.DcgmSample], matched: Sequence[Gpu | None],
+              gpus: Sequence[Gpu]) -> dict[int, tuple[str, str]]:
+    """Position -> (GPU UUID, reason) of each reading refused for the GPU it names: a UUID the node
+    does not own (reason "" here: _refuse names the owner), or a bus id that is not that GPU's."""
+    if all(gpu is not None for gpu in matched):
+        return {}  # nearly every scrape: nothing to look up
+    by_uuid = {g.uuid: g for g in gpus}
+    by_index = {g.index: g for g in gpus}
+    by_bus = {normalize_pci_bus_id(g.pci_bus_id): g for g in gpus if g.pci_bus_id}
+    out: dict[int, tuple[str, str]] = {}
+    for i, (reading, gpu) in enumerate(zip(readings, matched, strict=True)):
+        if gpu is not None:
+            continue
+        named = by_uuid.get(reading.uuid) if reading.uuid else by_index.get(reading.gpu_index)  # type: ignore[arg-type]
+        if named is not None and _bus_conflict(reading, named):
+            other = by_bus.get(reading.pci_bus_id)
+            whose = f"GPU {other.uuid}'s (index {other.index})" if other else "no GPU's of this node"
+            out[i] = (named.uuid, f"PCI bus id {reading.pci_bus_id} is {whose}, not this GPU's "
+                                  f"({normalize_pci_bus_id(named.pci_bus_id)})")
+        elif reading.uuid:
+            out[i] = (reading.uuid, "")
     return out
 
 
@@ -121,13 +154,15 @@ def _rows(readings: Sequence[dcgm.DcgmSample], matched: Sequence[Gpu | None]) ->
     ]
 
 
-def dcgm_signals(node: Node, readings: Sequence[dcgm.DcgmSample], matched: Sequence[Gpu | None]) -> list:
+def dcgm_signals(node: Node, readings: Sequence[dcgm.DcgmSample], matched: Sequence[Gpu | None],
+                 refused: Collection[int] = ()) -> list:
+    """The policy's signals of the matched readings; `refused` (positions) are never acted on."""
     signals = []
-    for reading, gpu in zip(readings, matched, strict=True):
+    for i, (reading, gpu) in enumerate(zip(readings, matched, strict=True)):
         if reading.mig_instance_id is not None:
             continue  # MIG rows repeat their parent GPU's counters
-        if gpu is None and reading.uuid is not None:
-            continue  # a GPU the node does not own: refused (_refuse), never the sender's fault
+        if i in refused or (gpu is None and reading.uuid is not None):
+            continue  # a GPU the node does not own, or a bus id that is not its: refused, never the sender's fault
         for signal in policy.signals_from_reading(reading, node=node.name):
             if signal.gpu_uuid is None and gpu is not None:
                 signal = replace(signal, gpu_uuid=gpu.uuid, dedup_key="")
@@ -224,30 +259,31 @@ def _ingest_alone(node: Node, readings: list[dcgm.DcgmSample], *, actor: Actor, 
         outcome = DcgmOutcome(readings=readings, matched=matched)
         outcome.stored = readings_store(rows=_rows(readings, matched), source=EventSource.DCGM, now=now)
         node_seen(node=node, now=now)
-        outcome.refused = _refuse(node, readings, matched, now=now)
-        signals = dcgm_signals(node, readings, matched) if _faulty(readings) else []
+        refusals = _refusals(readings, matched, gpus)
+        outcome.refused = _refuse(node, refusals, now=now)
+        signals = dcgm_signals(node, readings, matched, refusals) if _faulty(readings) else []
         if signals:
             outcome.signals = signals_apply(node=node, signals=signals, source=EventSource.DCGM, actor=actor, now=now,
                                             gpus={g.uuid: g for g in gpus})
     return outcome
 
 
-def _foreign(readings: Sequence[dcgm.DcgmSample], matched: Sequence[Gpu | None]) -> list[str]:
-    return sorted({r.uuid for r, gpu in zip(readings, matched, strict=True) if gpu is None and r.uuid})
-
-
-def _refuse(node: Node, readings: Sequence[dcgm.DcgmSample], matched: Sequence[Gpu | None], *,
-            now: datetime) -> list[dict[str, str]]:
-    """Readings naming a UUID the node does not own are applied to no GPU: each is logged, kept as an
+def _refuse(node: Node, refusals: dict[int, tuple[str, str]], *, now: datetime) -> list[dict[str, str]]:
+    """Readings refused for the GPU they name are applied to no GPU: each GPU is logged, kept as an
     unmatched event of the node (its count grows per payload; /metrics counts them)."""
-    uuids = _foreign(readings, matched)
-    if not uuids:
+    reasons: dict[str, str] = {}
+    for uuid, reason in refusals.values():
+        reasons[uuid] = reasons.get(uuid) or reason
+    if not reasons:
         return []
-    owners = dict(Gpu.objects.filter(uuid__in=uuids).values_list("uuid", "node__name"))
+    unowned = [uuid for uuid, reason in reasons.items() if not reason]
+    owners = dict(Gpu.objects.filter(uuid__in=unowned).values_list("uuid", "node__name")) if unowned else {}
     refused = []
-    for uuid in uuids:
-        owner = owners.get(uuid)
-        reason = f"owned by node {owner}, not {node.name}" if owner else "no GPU with this UUID in the inventory"
+    for uuid in sorted(reasons):
+        reason = reasons[uuid]
+        if not reason:
+            owner = owners.get(uuid)
+            reason = f"owned by node {owner}, not {node.name}" if owner else "no GPU with this UUID in the inventory"
         log.warning("DCGM payload of %s names GPU %s: %s; refused for that GPU", node.name, uuid, reason)
         unmatched_record(node=node, source=EventSource.DCGM, what=f"GPU {uuid}", reason=reason, now=now)
         refused.append({"uuid": uuid, "reason": reason})
@@ -268,7 +304,7 @@ def _ingest_healthy(items: Sequence[tuple[Node, list[dcgm.DcgmSample]]], *, now:
                 continue
             by_uuid, by_index = gpus_of.get(node.pk, ({}, {}))
             matched = _match(node, readings, by_uuid, by_index)
-            if _foreign(readings, matched):
+            if _refusals(readings, matched, list(by_uuid.values())):
                 outcomes.append(None)  # readings to refuse: the locked path records them
                 continue
             node_rows = _rows(readings, matched)
