@@ -328,6 +328,8 @@ FLEETDECK = {
     "KUBERNETES_NAMESPACE": env_str("KUBERNETES_NAMESPACE", "default"),
     "KUBERNETES_JOB_IMAGE": env_str("KUBERNETES_JOB_IMAGE", "busybox:1.37"),
     "KUBERNETES_DEFAULT_PRIORITY_CLASS": env_str("KUBERNETES_DEFAULT_PRIORITY_CLASS", ""),
+    # Jobs the watch imports at once (threads, each with a database connection of its own).
+    "KUBERNETES_JOB_IMPORT_WORKERS": env_int("KUBERNETES_JOB_IMPORT_WORKERS", 4),
 }
 # Per-person notifications (notifications/): a webhook must answer within this many seconds, and
 # (when the list is set, as it should be in production) its host must be one of these: exact names

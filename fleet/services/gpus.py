@@ -17,7 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db import models, transaction
 
 from core.actors import Actor
-from core.audit import audit_record
+from core.audit import audit_record, audit_record_many
 from fleet import hooks
 from fleet.choices import GpuHealth
 from fleet.models import Gpu, Node, is_placeholder_gpu_uuid
@@ -221,7 +221,9 @@ def gpus_reconcile(
         changes = {m.row.pk: _changes(m) for m in matches if m.row is not None and m.how != "keep"}
         _park(matches, changes, kept, node_ids)
         for match in matches:
-            _apply(match, changes, actor=actor, reason=reason, result=result)
+            if match.row is not None:
+                _apply(match, changes, actor=actor, reason=reason, result=result)
+        _create([m for m in matches if m.row is None], actor=actor, reason=reason, result=result)
         for gpu in kept:
             if gpu_health_set(gpu=gpu, health=GpuHealth.UNHEALTHY, reason=f"missing from {reason}", actor=actor):
                 result.marked_unhealthy += 1
@@ -262,17 +264,28 @@ def _park(matches: list[_Match], changes: dict[int, tuple[dict[str, Any], dict[s
         parking.park(gpu)
 
 
+def _create(matches: list[_Match], *, actor: Actor, reason: str, result: GpuReconcileResult) -> None:
+    """The new rows in one INSERT and their gpu.create audits in another: a first sync of thousands
+    of nodes (a cluster's Nodes, a fleet file) is two statements per batch, not two per GPU."""
+    if not matches:
+        return
+    created = Gpu.objects.bulk_create(
+        [Gpu(**{**m.wanted.fields, "node": m.node, "uuid": m.wanted.uuid, "index": m.wanted.index}) for m in matches],
+        batch_size=2000,
+    )
+    audit_record_many(actor=actor, verb="gpu.create", reason=reason, entries=[
+        (gpu, None, {**{k: _jsonable(v) for k, v in m.wanted.fields.items()},
+                     "uuid": m.wanted.uuid, "node": m.node.name, "index": m.wanted.index})
+        for gpu, m in zip(created, matches, strict=True)
+    ])
+    result.created += len(created)
+
+
 def _apply(match: _Match, changes: dict[int, tuple[dict[str, Any], dict[str, Any]]], *, actor: Actor, reason: str,
            result: GpuReconcileResult) -> None:
     want = match.wanted
-    if match.row is None:
-        created = Gpu.objects.create(**{**want.fields, "node": match.node, "uuid": want.uuid, "index": want.index})
-        audit_record(actor=actor, verb="gpu.create", target=created, reason=reason,
-                     after={**{k: _jsonable(v) for k, v in want.fields.items()},
-                            "uuid": want.uuid, "node": match.node.name, "index": want.index})
-        result.created += 1
-        return
     row = match.row
+    assert row is not None  # new rows are _create's
     changed, before = changes.get(row.pk, ({}, {}))
     if match.how == "keep" or not changed:
         result.unchanged += 1

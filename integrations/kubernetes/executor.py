@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,7 @@ DEFAULT_COMMAND = ["sh", "-c", 'echo "fleetdeck replica $JOB_COMPLETION_INDEX"; 
 
 
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"  # the Job controller's label on its pods
+BIND_THREADS = 16  # pods/binding calls in flight at once (the client's connection pool is 16)
 
 
 def _pods_selector(job: dict[str, Any]) -> str:
@@ -73,6 +75,7 @@ class KubernetesExecutor(Executor):
 
     def __init__(self, cluster: Cluster | None = None) -> None:
         self._cluster = cluster
+        self._listed: dict[str, list[dict[str, Any]]] = {}  # the last poll's Jobs by workload id
 
     @property
     def cluster(self) -> Cluster:
@@ -90,7 +93,19 @@ class KubernetesExecutor(Executor):
     def start(self, workload: Workload, placements: list[ReplicaAssignment]) -> str:
         if not placements:
             raise ValueError(f"workload {workload.pk} has no placements to start")
-        jobs = self.jobs_of(workload) or self._create_jobs(workload)
+        # The Jobs as the last poll listed them (one list call for every workload), else listed
+        # now; a listed Job gone since (404) is looked up again.
+        listed = [j for j in self._listed.get(str(workload.pk), [])
+                  if is_job_of(j, workload.pk, workload_stamp(workload.submitted_at))]
+        try:
+            jobs = listed or self.jobs_of(workload) or self._create_jobs(workload)
+            return self._start_jobs(workload, placements, jobs)
+        except KubernetesError as exc:
+            if not listed or exc.status != HTTPStatus.NOT_FOUND:
+                raise
+            return self._start_jobs(workload, placements, self.jobs_of(workload) or self._create_jobs(workload))
+
+    def _start_jobs(self, workload: Workload, placements: list[ReplicaAssignment], jobs: list[dict[str, Any]]) -> str:
         by_pod_set: dict[str, list[ReplicaAssignment]] = {}
         for replica in placements:
             by_pod_set.setdefault(replica.pod_set, []).append(replica)
@@ -173,6 +188,8 @@ class KubernetesExecutor(Executor):
         jobs_of: dict[str, list[dict[str, Any]]] = {}
         for job in sorted(jobs, key=lambda j: j["metadata"]["name"]):
             jobs_of.setdefault(job["metadata"]["labels"][WORKLOAD_LABEL], []).append(job)
+        self._listed = jobs_of
+        binds: list[tuple[str, str, str]] = []
         pods_of: dict[str, list[dict[str, Any]]] = {}
         for pod in pods:
             pods_of.setdefault(pod["metadata"]["labels"][CONTROLLER_UID], []).append(pod)
@@ -182,16 +199,33 @@ class KubernetesExecutor(Executor):
             mine = [j for j in jobs_of.get(str(workload.pk), []) if is_job_of(j, workload.pk, stamp)]
             try:
                 report = self._observe(workload, mine, {job_id(j): pods_of.get(j["metadata"]["uid"], []) for j in mine},
-                                       workload.pk in stops)
+                                       workload.pk in stops, binds)
             except KubernetesError as exc:
                 log.warning("workload %s: %s", workload.pk, exc.message)
                 continue
             if report is not None:
                 reports.append(report)
+        self._bind_all(binds)
         return reports
 
+    def _bind_all(self, binds: list[tuple[str, str, str]]) -> None:
+        """The tick's pods/binding calls, several at once (HTTP only: no database in these
+        threads). A failed bind is logged; the next poll finds that pod unbound and binds it."""
+        def bind(item: tuple[str, str, str]) -> None:
+            try:
+                self.cluster.pod_bind(*item)
+            except KubernetesError as exc:
+                log.warning("pod %s/%s to %s: %s", item[0], item[1], item[2], exc.message)
+
+        if len(binds) <= 1:
+            for item in binds:
+                bind(item)
+            return
+        with ThreadPoolExecutor(min(BIND_THREADS, len(binds))) as pool:
+            list(pool.map(bind, binds))
+
     def _observe(self, workload: Workload, jobs: list[dict[str, Any]], pods_of: dict[str, list[dict[str, Any]]],
-                 stopping: bool) -> ExecutorReport | None:
+                 stopping: bool, binds: list[tuple[str, str, str]]) -> ExecutorReport | None:
         if not jobs:
             if stopping:
                 return ExecutorReport(workload_id=workload.pk, stopped=True, message="Jobs gone")
@@ -214,8 +248,7 @@ class KubernetesExecutor(Executor):
         if any(plan is None for plan in plans):
             return None  # the gang is not complete yet: bind nothing
         for job, plan in zip(jobs, plans, strict=True):
-            for pod, node in plan or []:
-                self.cluster.pod_bind(job["metadata"]["namespace"], pod, node)
+            binds.extend((job["metadata"]["namespace"], pod, node) for pod, node in plan or [])
         if workload.state != "admitted":
             return None
         parallelism = sum(int(j["spec"].get("parallelism", 1)) for j in jobs)

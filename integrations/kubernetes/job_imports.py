@@ -7,6 +7,8 @@ deleted while its workload is still active cancels the workload."""
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +40,18 @@ log = logging.getLogger(__name__)
 IMPORT_ACTOR = Actor.automation("kubernetes-jobs")
 JOBS_PATH = "/apis/batch/v1/jobs"
 JOB_SELECTOR = QUEUE_LABEL
+# The uids of Jobs this process imported (bounded): the watch's events for them that were queued
+# before the label landed (the Job controller's status updates) are dropped without a GET.
+_IMPORTED: OrderedDict[str, None] = OrderedDict()
+_IMPORTED_MAX = 100_000
+_IMPORTED_LOCK = threading.Lock()
+
+
+def _remember(uid: str) -> None:
+    with _IMPORTED_LOCK:
+        _IMPORTED[uid] = None
+        while len(_IMPORTED) > _IMPORTED_MAX:
+            _IMPORTED.popitem(last=False)
 
 
 def _flavor_for(product: str) -> GpuFlavor | None:
@@ -80,7 +94,7 @@ def job_import(*, job: Mapping[str, Any], cluster: Cluster | None = None) -> Wor
     cluster = cluster or get_cluster()
     meta = job.get("metadata") or {}
     labels = meta.get("labels") or {}
-    if WORKLOAD_LABEL in labels or meta.get("deletionTimestamp"):
+    if WORKLOAD_LABEL in labels or meta.get("deletionTimestamp") or meta.get("uid") in _IMPORTED:
         return None
     namespace, name = meta.get("namespace", "default"), meta.get("name", "")
     # Events queued before Fleetdeck labelled the Job (the Job controller's own status updates)
@@ -101,6 +115,8 @@ def job_import(*, job: Mapping[str, Any], cluster: Cluster | None = None) -> Wor
             cluster.job_patch(namespace, name, {"metadata": {
                 "labels": {WORKLOAD_LABEL: str(workload.pk)},
                 "annotations": {ERROR_ANNOTATION: None, SUBMITTED_ANNOTATION: workload_stamp(workload.submitted_at)}}})
+        if uid := (job.get("metadata") or {}).get("uid"):
+            transaction.on_commit(lambda: _remember(uid))
     except (JobRefused, ValidationError, PermissionDenied) as exc:
         reason = str(exc) if isinstance(exc, JobRefused) else _validation_text(exc)
         if annotations.get(ERROR_ANNOTATION) != reason:

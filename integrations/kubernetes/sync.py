@@ -3,29 +3,49 @@ and queue-labelled Jobs (workloads). See watch.Reflector for list + watch; inven
 job_imports.py for what each event does."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .client import Cluster, WatchEvent
 from .inventory import SYNC_ACTOR, conf, node_apply, node_remove, nodes_reconcile
 from .job_imports import JOB_SELECTOR, JOBS_PATH, jobs_event, jobs_list
-from .nodes import node_facts
+from .nodes import NodeFacts, node_facts
 from .watch import Reflector
 
 NODES_PATH = "/api/v1/nodes"
 
 
 def node_reflector(cluster: Cluster | None = None) -> Reflector:
+    # What this watch last applied of each Node, without its resourceVersion: an update that
+    # changes nothing Fleetdeck reads (a kubelet's status heartbeat, a condition's timestamps, an
+    # annotation it does not mirror is still read, so it counts) costs no database work. A list
+    # starts it afresh.
+    applied: dict[str, NodeFacts] = {}
+
     def on_list(items: list[dict]) -> None:
-        nodes_reconcile(nodes=[node_facts(item) for item in items], actor=SYNC_ACTOR, complete=True)
+        applied.clear()
+        facts = [node_facts(item) for item in items]
+        nodes_reconcile(nodes=facts, actor=SYNC_ACTOR, complete=True)
+        applied.update((f.name, replace(f, resource_version="")) for f in facts)
 
     def on_event(event: WatchEvent) -> None:
         if event.type == "DELETED":
+            applied.pop(event.object["metadata"]["name"], None)
             node_remove(name=event.object["metadata"]["name"], actor=SYNC_ACTOR)
-        else:
-            node_apply(facts=node_facts(event.object), actor=SYNC_ACTOR)
+            return
+        facts = node_facts(event.object)
+        same = replace(facts, resource_version="")
+        if applied.get(facts.name) == same:
+            return
+        applied.pop(facts.name, None)
+        node_apply(facts=facts, actor=SYNC_ACTOR)
+        applied[facts.name] = same
 
     return Reflector(path=NODES_PATH, label_selector=str(conf("KUBERNETES_NODE_SELECTOR", "")), on_list=on_list,
                      on_event=on_event, cluster=cluster)
 
 
-def job_reflector(cluster: Cluster | None = None) -> Reflector:
+def job_reflector(cluster: Cluster | None = None, *, workers: int = 1) -> Reflector:
+    """`workers` > 1 imports that many Jobs at once (the watch process uses
+    KUBERNETES_JOB_IMPORT_WORKERS); each thread has a database connection of its own."""
     return Reflector(path=JOBS_PATH, label_selector=JOB_SELECTOR, on_list=lambda items: jobs_list(items, cluster),
-                     on_event=lambda event: jobs_event(event, cluster), cluster=cluster)
+                     on_event=lambda event: jobs_event(event, cluster), cluster=cluster, workers=workers)

@@ -27,7 +27,8 @@ class Command(BaseCommand):
             cluster = get_cluster()
         except KubernetesError as exc:
             raise CommandError(exc.message) from exc
-        reflectors = [node_reflector(cluster), job_reflector(cluster)]
+        reflectors = [node_reflector(cluster),
+                      job_reflector(cluster, workers=int(conf("KUBERNETES_JOB_IMPORT_WORKERS", 4)))]
         if once:
             for reflector in reflectors:
                 reflector.run_for(min(window, 5.0))
