@@ -22,9 +22,11 @@ import fcntl
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,6 +43,9 @@ NAMESPACE = "fleetdeck-bench"
 # The tests' lock: they empty the cluster between tests, so the benchmark holds it for its whole run.
 LOCK = Path(tempfile.gettempdir()) / "fleetdeck-k8s-tests.lock"
 PRODUCT = "NVIDIA-H100-80GB-HBM3"
+# Every Node the benchmark creates carries this label, and only Nodes with it are ever deleted: the
+# cluster is shared with the Kubernetes tests (and whatever else runs there).
+BENCH_LABEL = "fleetdeck.io/bench"
 
 
 def _setup_django() -> str:
@@ -71,6 +76,7 @@ def node_body(name: str, *, rack: str, kwok: bool = True) -> dict[str, Any]:
     labels = {**json.loads(H100_LABELS.read_text()), "nvidia.com/gpu.count": "8", "kubernetes.io/hostname": name,
               "fleetdeck.io/rack": rack, "topology.kubernetes.io/zone": "zone-a"}
     labels.pop("node-role.kubernetes.io/control-plane", None)
+    labels[BENCH_LABEL] = "bind"
     resources = {"cpu": "64", "memory": "1056Gi", "pods": "110", "nvidia.com/gpu": "8"}
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": labels,
@@ -110,13 +116,13 @@ def reset(admin, *, nodes: bool) -> None:
     admin.request("DELETE", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs", query=[("propagationPolicy", "Background")])
     admin.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods", query=[("gracePeriodSeconds", "0")])
     if nodes:
-        admin.request("DELETE", "/api/v1/nodes")
+        admin.request("DELETE", "/api/v1/nodes", query=[("labelSelector", BENCH_LABEL)])
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         left = len(admin.list(f"/api/v1/namespaces/{NAMESPACE}/pods")[0]) + len(
             admin.list(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs")[0])
         if nodes:
-            left += len(admin.list("/api/v1/nodes")[0])
+            left += len(admin.list("/api/v1/nodes", label_selector=BENCH_LABEL)[0])
         if not left:
             return
         time.sleep(1)
@@ -136,11 +142,14 @@ class Meter:
         self.count, self.last_change = 0, time.monotonic()
         self.last_bind = t0
 
-    def sample(self) -> bool:
+    def sample(self, progress=None) -> bool:
         pods = bound_pods(self.admin)
         now = time.monotonic()
         if len(pods) != self.count:
             self.count, self.last_change, self.last_bind = len(pods), now, now
+        if progress is not None and int(now - self.t0) // 10 != int(getattr(self, "_shown", -10)) // 10:
+            self._shown = now - self.t0
+            print(f"  {now - self.t0:5.0f} s: {self.count} pods bound; {progress()}", flush=True)
         return now - self.last_change < self.quiet
 
     def result(self, admin, node_names: list[str], gangs: dict[str, int] | None = None) -> dict[str, Any]:
@@ -180,20 +189,62 @@ def run_kube_scheduler(admin, jobs: list[tuple[str, int, int]], node_names, *, g
 
 
 def run_fleetdeck(admin, watch, jobs: list[tuple[str, int, int]], node_names, *, gangs=None) -> dict[str, Any]:
-    from core.actors import Actor
-    from scheduling.services import executor_tick, placement_round_run
+    """Fleetdeck's processes, each in a thread of its own as they run side by side in production: the
+    `kubernetes_watch` process (the Job watch, importing KUBERNETES_JOB_IMPORT_WORKERS Jobs at once),
+    and the Celery worker running `scheduling.placement_round` (a round, then an executor tick that
+    un-suspends the admitted Jobs and binds the pods) as the submissions' debounced requests ask for
+    it: every DEBOUNCE_SECONDS while Jobs keep coming."""
+    from django.db import connection
 
+    from scheduling.services.round_requests import DEBOUNCE_SECONDS
+    from scheduling.tasks import placement_round_task
+
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def loop(step, every: float) -> None:
+        try:
+            while not stop.is_set():
+                began = time.monotonic()
+                step()
+                stop.wait(max(0.0, every - (time.monotonic() - began)))
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            failures.append(exc)
+            stop.set()
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=loop, args=(lambda: watch.run_for(1), 0), name="kubernetes_watch"),
+               threading.Thread(target=loop, args=(placement_round_task, DEBOUNCE_SECONDS), name="worker")]
     t0 = time.monotonic()
-    parallel(lambda j: admin.request("POST", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs",
-                                     body=job_body(j[0], pods=j[1], gpus=j[2], fleetdeck=True)), jobs)
-    meter = Meter(admin, t0, quiet=10)
-    while True:
-        watch.run_for(1)
-        placement_round_run(actor=Actor.automation("bench"))
-        executor_tick()
-        if not meter.sample():
-            break
+    for thread in threads:
+        thread.start()
+    try:
+        parallel(lambda j: admin.request("POST", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs",
+                                         body=job_body(j[0], pods=j[1], gpus=j[2], fleetdeck=True)), jobs)
+        meter = Meter(admin, t0, quiet=10)
+        while meter.sample(workload_states) and not stop.is_set():
+            time.sleep(1)
+    finally:
+        stop.set()
+        # The Jobs still queued for import (more than the nodes hold) are not waited for: the
+        # watch lists again before the next phase, as a restarted watch process would.
+        watch.abandon()
+        for thread in threads:
+            thread.join()
+        watch.abandon()  # what the watch thread queued meanwhile
+    if failures:
+        raise failures[0]
     return meter.result(admin, node_names, gangs)
+
+
+def workload_states() -> str:
+    from django.db.models import Count
+
+    from scheduling.models import Workload
+
+    rows = Workload.objects.values_list("state").annotate(n=Count("pk")).order_by("state")
+    return "workloads " + ", ".join(f"{state} {n}" for state, n in rows)
 
 
 def fleetdeck_fixture() -> None:
@@ -217,11 +268,11 @@ def scale(admin, count: int) -> dict[str, Any]:
     # Not kwok's: 5,000 lease renewals would be the whole test; the inventory reads the Node objects.
     # A pool of their own, so the first full sync is of these Nodes only (the benchmark's earlier
     # nodes stay in the other pool).
-    settings.FLEETDECK.update({"KUBERNETES_POOL": "scale", "KUBERNETES_NODE_SELECTOR": "fleetdeck.io/bench=scale"})
+    settings.FLEETDECK.update({"KUBERNETES_POOL": "scale", "KUBERNETES_NODE_SELECTOR": f"{BENCH_LABEL}=scale"})
 
     def create(i: int) -> None:
         body = node_body(f"s{i}", rack=f"s-r{i // 32}", kwok=False)
-        body["metadata"]["labels"]["fleetdeck.io/bench"] = "scale"
+        body["metadata"]["labels"][BENCH_LABEL] = "scale"
         admin.request("POST", "/api/v1/nodes", body=body)
 
     parallel(create, range(count), workers=32)
@@ -250,39 +301,67 @@ def main() -> int:
     parser.add_argument("--gangs", type=int, default=200)
     parser.add_argument("--scale-nodes", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--skip-kube-scheduler", action="store_true", help="Fleetdeck's side only (profiling)")
     args = parser.parse_args()
     if not (K8S_BASE / "admin.kubeconfig").is_file() or not (BIN / "kube-scheduler").is_file():
         raise SystemExit("start the control plane first: tests/integrations/kubernetes/cluster.sh up")
     lock = LOCK.open("w")
     fcntl.flock(lock, fcntl.LOCK_EX)
+    # A SIGTERM (a timeout, Ctrl-C from a supervisor) unwinds through the finally below, which
+    # deletes this run's Nodes, Jobs, pods and namespace; only SIGKILL can leave them behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     _setup_django()
     from django.conf import settings
 
     settings.FLEETDECK.update({"KUBERNETES_ENABLED": True, "KUBERNETES_CLUSTER_NAME": "bench", "ROUND_QUEUE_DEPTH": 0,
-                               "KUBERNETES_KUBECONFIG": str(K8S_BASE / "fleetdeck.kubeconfig")})
-    from integrations.kubernetes.sync import job_reflector, node_reflector
-
+                               "KUBERNETES_KUBECONFIG": str(K8S_BASE / "fleetdeck.kubeconfig"),
+                               "KUBERNETES_NAMESPACE": NAMESPACE,
+                               "KUBERNETES_NODE_SELECTOR": f"{BENCH_LABEL}=bind"})
     admin = cluster_from(K8S_BASE / "admin.kubeconfig")
     try:
         admin.request("POST", "/api/v1/namespaces",
                       body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     except Exception:  # noqa: BLE001 - exists from an earlier run
         pass
+    try:
+        bench(admin, args)
+    finally:
+        reset(admin, nodes=True)
+        admin.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}")
+        lock.close()
+    return 0
+
+
+def bench(admin, args: argparse.Namespace) -> None:
+    from django.conf import settings
+
+    from integrations.kubernetes.sync import job_reflector, node_reflector
+
     reset(admin, nodes=True)
     names = [f"b{i}" for i in range(args.nodes)]
+    t0 = time.monotonic()
     parallel(lambda n: admin.request("POST", "/api/v1/nodes", body=node_body(n, rack=f"r{int(n[1:]) // 16}")), names)
+    created = time.monotonic() - t0
+    t0 = time.monotonic()
     node_reflector().relist()
+    synced = time.monotonic() - t0
+    print(f"{args.nodes} Nodes created in {created:.1f} s; Fleetdeck's first sync of them {synced:.1f} s",
+          flush=True)
     fleetdeck_fixture()
     rng = random.Random(args.seed)
     singles = [(f"single-{i}", 1, rng.randint(1, 8)) for i in range(args.jobs)]
     gangs = [(f"gang-{i}", rng.randint(2, 8), 8) for i in range(args.gangs)]
     rows = []
-    jobs_watch = job_reflector()
+    jobs_watch = job_reflector(workers=int(settings.FLEETDECK["KUBERNETES_JOB_IMPORT_WORKERS"]))
     for what, jobs, sizes in (("single pods", singles, None), ("gangs", gangs, {n: p for n, p, _ in gangs})):
-        ks = run_kube_scheduler(admin, jobs, names, gangs=sizes)
+        if not jobs:
+            continue
+        ks = {} if args.skip_kube_scheduler else run_kube_scheduler(admin, jobs, names, gangs=sizes)
+        print(f"{what}: kube-scheduler {ks}", flush=True)
         reset(admin, nodes=False)
         jobs_watch.run_for(1)  # see where the watch stands before Fleetdeck's Jobs arrive
         fd = run_fleetdeck(admin, jobs_watch, jobs, names, gangs=sizes)
+        print(f"{what}: fleetdeck {fd}", flush=True)
         reset(admin, nodes=False)
         jobs_watch.run_for(2)  # the Jobs' deletion cancels their workloads: the GPUs are free again
         rows.append((what, ks, fd))
@@ -292,14 +371,13 @@ def main() -> int:
           f"{'partial':>8}")
     for what, ks, fd in rows:
         for name, r in (("kube-scheduler", ks), ("fleetdeck", fd)):
-            print(f"{what:14} {name:15} {r['bound']:>6} {r['seconds']:>8} {r['per_second']:>8} "
-                  f"{r['free_nodes']:>11} {r.get('whole_gangs', ''):>6} {r.get('partial_gangs', ''):>8}")
+            if r:
+                print(f"{what:14} {name:15} {r['bound']:>6} {r['seconds']:>8} {r['per_second']:>8} "
+                      f"{r['free_nodes']:>11} {r.get('whole_gangs', ''):>6} {r.get('partial_gangs', ''):>8}")
     if args.scale_nodes:
         result = scale(admin, args.scale_nodes)
         print(f"\ninventory at {result['nodes']} Nodes: first full sync {result['first_full_sync_s']} s; "
               f"label change -> Fleetdeck row {result['label_change_lag_s']} s")
-    reset(admin, nodes=True)
-    return 0
 
 
 if __name__ == "__main__":
