@@ -29,6 +29,7 @@ TEMPLATE = "telemetry/dcgm/t4_driver460_datadog-integrations-core.prom"
 # The captured GPU's identity in the dump, replaced by each simulated GPU's.
 _CAPTURED = {"gpu": "0", "UUID": "GPU-20c56d28-0da5-6d26-a36a-e7af1ce2586e", "Hostname": "424773df46e0",
              "device": "nvidia0"}
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 _SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\{(?P<labels>.*)\} (?P<value>\S+)$")
 # Which values a test sets, by metric.
 _VALUES = {"DCGM_FI_DEV_GPU_UTIL": "util", "DCGM_FI_DEV_FB_USED": "fb_used", "DCGM_FI_DEV_XID_ERRORS": "xid"}
@@ -55,6 +56,9 @@ class GpuValues:
     util: float = 0.0  # DCGM_FI_DEV_GPU_UTIL, %
     fb_used: float = 0.0  # MiB
     xid: int = 0
+    # Labels to add or replace on the GPU's every series ("" drops one): what dcgm-exporter's
+    # Kubernetes pod mapping adds (pod, namespace, container), or a UUID it did not report.
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 class Template:
@@ -82,6 +86,9 @@ class Template:
                 for label, new in (("gpu", str(index)), ("UUID", uuid), ("Hostname", node),
                                    ("device", f"nvidia{index}")):
                     labels = labels.replace(f'{label}="{_CAPTURED[label]}"', f'{label}="{new}"')
+                if values.labels:
+                    pairs = dict(_LABEL.findall(labels)) | values.labels
+                    labels = ",".join(f'{k}="{v}"' for k, v in pairs.items() if v)
                 value = match["value"]
                 if name in _VALUES:
                     value = f"{getattr(values, _VALUES[name]):g}"

@@ -188,3 +188,61 @@ def test_with_prometheus_as_the_source_fleetdeck_stores_no_minute_history(promet
 
     assert not GpuReadingMinute.objects.exists()
     assert not telemetry.keeps_minute_history()
+
+
+def _run_on_kubernetes(workload: Workload, namespace: str = "ml") -> str:
+    """What the Kubernetes executor's start records for a gang it runs (its Jobs, namespace/name):
+    the seed's nodes run the simulated executor, so the test writes it; returns the Job's name."""
+    job = f"fleetdeck-w{workload.pk}-main"
+    Workload.objects.filter(pk=workload.pk).update(executor="kubernetes", executor_job_id=f"{namespace}/{job}")
+    return job
+
+
+def test_series_labelled_with_a_kubernetes_pod_count_for_the_pods_workload(
+    prometheus_stack, team_member, research_queue, settings
+):
+    settings.FLEETDECK = {**settings.FLEETDECK, "IDLE_ALLOCATED_MINUTES": 0.1}  # a 6 s window
+    place_seed_jobs(team_member)
+    train_a, eval_0, eval_1 = (Workload.objects.get(name=name) for name in ("train-A", "eval-0", "eval-1"))
+    jobs = {w.name: _run_on_kubernetes(w) for w in (train_a, eval_0, eval_1)}
+    util = {(n, i): 60.0 for n, i in Gpu.objects.values_list("node__name", "index")}
+    # n2's exporter reports no UUID and its own pod's name as Hostname: only the pod label (train-A's
+    # Indexed Job, completion index = the replica on n2) says whose GPUs these are.
+    [replica] = set(Allocation.objects.filter(workload=train_a, node__name="n2").values_list("replica", flat=True))
+    for index in range(8):
+        prometheus_stack.set("n2", index, labels={"UUID": "", "Hostname": "nvidia-dcgm-exporter-8x2kq",
+                                                  "namespace": "ml", "container": "main",
+                                                  "pod": f"{jobs['train-A']}-{replica}-k4d9s"})
+    util[("n2", 4)] = 1.0
+    # On n7 the kubelet gave eval-1's pod the GPUs Fleetdeck allocated to eval-0, and the other way round.
+    held = {w.name: sorted(Allocation.objects.filter(workload=w).values_list("gpu__index", flat=True))
+            for w in (eval_0, eval_1)}
+    for name, other in (("eval-0", "eval-1"), ("eval-1", "eval-0")):
+        for index in held[name]:
+            prometheus_stack.set("n7", index, labels={"namespace": "ml", "pod": f"{jobs[other]}-q2w3e",
+                                                      "container": "main"})
+    idle_gpu = held["eval-0"][0]
+    util[("n7", idle_gpu)] = 1.0
+    _serve(prometheus_stack, util)
+    wait_for(lambda: sorted(float(r["value"][1]) for r in prometheus_stack.query(
+        'fleetdeck:gpu_sm_active:ratio{pod!=""}')) == sorted([0.01] * 2 + [0.6] * 10)
+        and len(prometheus_stack.query('fleetdeck:gpu_sm_active:ratio{Hostname="n2"}')) == 0,
+        what="the pod-labelled series in Prometheus")
+    time.sleep(7)  # the idle window must pass with the series in it
+
+    before = prometheus_stack.client.queries
+    idle = telemetry.idle_allocated(now=timezone.now())
+    overview = fleet_overview()
+    quota_usage_sample(now=timezone.now())
+
+    assert prometheus_stack.client.queries - before == 2 + 1 + 1
+    # Named by the pod: train-A's GPU although its series has no UUID, and eval-1 on the GPU
+    # Fleetdeck had allocated to eval-0.
+    assert [(g.node, g.gpu_index, g.workload, g.team) for g in idle.value] == [
+        ("n2", 4, "train-A", "research"), ("n7", idle_gpu, "eval-1", "research")]
+    allocated = {(n, i) for n, i in Allocation.objects.filter(released_at__isnull=True)
+                 .values_list("gpu__node__name", "gpu__index")}
+    expected = sum(util[key] / 100 for key in allocated)
+    assert overview.telemetry_notice == "" and overview.total.utilised == pytest.approx(expected)
+    [sample] = research_queue.usage_samples.all()
+    assert sample.utilised == pytest.approx(expected, abs=1e-3)  # n2's eight GPUs count for research
