@@ -240,12 +240,6 @@ def _read(builders: dict[tuple[str, str, str], _Builder], block: _Block, metric:
     builder.add(metric, block, value, keep)
 
 
-def _metric_name(name: str, counter: bool) -> str:
-    """A sample's metric as the reference reads it: prometheus_client names a counter family "X_total"
-    X (and its samples X_total), so such a family's samples are read as X."""
-    return name[:-6] if counter and name.endswith("_total") else name
-
-
 def parse_exposition(text: str | bytes, *, all_metrics: bool = True) -> list[DcgmSample]:
     """One reading per GPU or MIG instance, in order of first appearance (see the module docstring)."""
     if isinstance(text, bytes):
@@ -333,6 +327,8 @@ def _value(rest: str) -> float:
         return _prom_parser._parse_value_and_timestamp(rest)[0]
     if "_" in token:
         raise ValueError(token)
+    if "." in token:  # int() refuses it anyway: exporters print most gauges "%f"
+        return float(token)
     try:
         return int(token)
     except ValueError:
@@ -352,6 +348,17 @@ def _labels(block: str) -> dict[str, str]:
 
 def _comment(line: str, family: str, counter: bool) -> tuple[str, bool]:
     """The family state after a comment line, as prometheus_client's text parser keeps it."""
+    if line.startswith(("# HELP ", "# TYPE ")):
+        # The exporters' own spelling, read without the regex: "# HELP NAME text", "# TYPE NAME type"
+        # with single spaces, a name _HELP_TYPE would take whole, a type the fast path takes on.
+        space = line.find(" ", 7)
+        name = line[7:space]
+        if space > 7 and _LEGACY_NAME.fullmatch(name):
+            if line[2] == "H":
+                return (family, counter) if name == family else (name, False)
+            kind = line[space + 1:]
+            if kind in _TYPES:
+                return name, kind == "counter"
     match = _HELP_TYPE.fullmatch(line)
     if match is None:
         if "HELP" in line or "TYPE" in line:
@@ -370,30 +377,45 @@ def _parse_fast(text: str, keep: frozenset[str] | None) -> list[DcgmSample]:
     blocks: dict[str, _Block] = {}  # this payload's label blocks by their text
     names: set[str] = set()  # the legacy metric names seen before a "{" (the parser reads them as they are)
     family, counter = "", False  # the parser's current family ("": none) and whether it is a counter
+    # Store mode: the texts of the blocks whose lines of another family change nothing, and, inside such
+    # a family, "NAME{" of its samples. A line "NAME{block}rest" of both then costs one test.
+    skippable: set[str] = set()
+    skip_prefix = ""
     for line in text.split("\n"):  # the parser splits on "\n" only, and strips each line
+        if skip_prefix and line.startswith(skip_prefix):
+            cut, end = len(skip_prefix), line.rfind("}")
+            if end >= cut and line[cut:end] in skippable:
+                continue  # what the per-line test below would skip, found without stripping (whitespace around
+                #           the line is outside "NAME{...}") and without a change of family (NAME is the family)
         line = line.strip()
         if not line:
             continue
         if line[0] == "#":
             family, counter = _comment(line, family, counter)
+            skip_prefix = family + "{" if keep is not None and family and family not in _KEPT_OR_TOTAL else ""
             continue
         brace, end = line.find("{"), line.rfind("}")
         # A known name before a known block, then no "}": the regex below would cut it the same way.
-        block = blocks.get(line[brace + 1:end]) if 0 < brace < end else None
+        block_text = line[brace + 1:end] if 0 < brace < end else None
+        block = blocks.get(block_text) if block_text is not None else None
         name = line[:brace]
         if block is not None and (name in names or _legacy(name, names)):
             if name != family:  # a sample of no current family: an untyped family of its own
-                family, counter = "", False
+                family, counter, skip_prefix = "", False, ""
             if keep is not None and name not in _KEPT_OR_TOTAL and (
                     block.key is None or (block.builder is not None and block.xid is None)):
                 continue  # changes nothing: the GPU has this block's labels already and it names no Xid
             value = _value(line[end + 1:])
         else:
-            name, block, value = _sample(line, blocks)
+            name, block, value, block_text = _sample(line, blocks)
             names.add(name)
             if name != family:
-                family, counter = "", False
-        _read(builders, block, _metric_name(name, counter), value, keep)
+                family, counter, skip_prefix = "", False, ""
+        # prometheus_client names a counter family "X_total" X (and its samples X_total): read them as X.
+        _read(builders, block, name[:-6] if counter and name.endswith("_total") else name, value, keep)
+        if keep is not None and block_text is not None and (
+                block.key is None or (block.builder is not None and block.xid is None)):
+            skippable.add(block_text)
     return [builder.build() for builder in builders.values()]
 
 
@@ -405,14 +427,15 @@ def _legacy(name: str, names: set[str]) -> bool:
     return True
 
 
-def _sample(line: str, blocks: dict[str, _Block]) -> tuple[str, _Block, float]:
-    """A sample line's metric name, label block (remembered in `blocks`) and value."""
+def _sample(line: str, blocks: dict[str, _Block]) -> tuple[str, _Block, float, str | None]:
+    """A sample line's metric name, label block (remembered in `blocks`), value and the block's text
+    (None where the parser read the line)."""
     match = _SAMPLE.match(line)
     if match is None:  # no labels, spaces around them, a quoted name, ...: the parser's own reading
         sample = _prom_parser._parse_sample(line)
         if not _LEGACY_NAME.fullmatch(sample.name):
             raise _Fallback(line)
-        return sample.name, _Block(sample.labels), sample.value
+        return sample.name, _Block(sample.labels), sample.value, None
     name, block_text, rest = match.groups()
     block = blocks.get(block_text)
     if block is None:
@@ -420,4 +443,4 @@ def _sample(line: str, blocks: dict[str, _Block]) -> tuple[str, _Block, float]:
         if "__name__" in labels:
             raise _Fallback(line)  # the parser refuses a second name
         block = blocks[block_text] = _Block(labels)
-    return name, block, _value(rest)
+    return name, block, _value(rest), block_text
