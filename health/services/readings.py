@@ -133,9 +133,9 @@ def _upsert_json(latest: list[tuple], history: list[tuple]) -> bool:
             continue
         columns = _LATEST_COLUMNS if update else _MINUTE_COLUMNS
         scalars = [columns.index(c) for c in _JSON_SCALARS[update]]
-        keep = [i for i in range(len(columns)) if i not in scalars]
+        first, end = scalars[0], scalars[-1] + 1  # next to each other (at, source; minute): cut out by two slices
         try:
-            document = json.dumps([[row[i] for i in keep] for row in values], allow_nan=False)
+            document = json.dumps([row[:first] + row[end:] for row in values], allow_nan=False)
         except ValueError:
             return False
         statements.append((_json_sql(update), [values[0][i] for i in scalars] + [document]))
