@@ -9,7 +9,9 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 
 from core.actors import Actor
+from core.fields import StrictCharField
 from core.models import PersonalAccessToken, TokenScope
+from core.parsers import StrictJSONParser
 from core.tokens import DEFAULT_DAYS, MAX_DAYS, MAX_NAME_LENGTH, token_create, token_revoke
 
 
@@ -21,7 +23,7 @@ class TokenSerializer(serializers.ModelSerializer):
 
 
 class TokenCreateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=MAX_NAME_LENGTH)
+    name = StrictCharField(max_length=MAX_NAME_LENGTH)
     expires_in_days = serializers.IntegerField(min_value=1, max_value=MAX_DAYS, default=DEFAULT_DAYS)
     scopes = serializers.ListField(child=serializers.ChoiceField(choices=TokenScope.choices), default=list,
                                    max_length=len(TokenScope.values))
@@ -48,6 +50,7 @@ def _no_wider_than_caller(request, scopes: list[str]) -> None:
 
 class TokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = TokenSerializer
+    parser_classes = [StrictJSONParser]  # the schema's one request type: a form has no null or list
     queryset = PersonalAccessToken.objects.none()  # the schema's model; requests get the person's own
 
     def get_queryset(self):

@@ -2,6 +2,8 @@
 refuses is a 400 naming it, never a filter silently dropped."""
 from __future__ import annotations
 
+import datetime as dt
+
 from django import forms
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema_field
@@ -67,3 +69,23 @@ class StrictFilterBackend(filters.DjangoFilterBackend):
             if errors:
                 raise ValidationError(errors)
         return filterset
+
+
+class UtcDateTimeField(forms.DateTimeField):
+    def to_python(self, value):
+        moment = super().to_python(value)
+        if moment is None or moment.tzinfo is None:
+            return moment
+        try:
+            return moment.astimezone(dt.UTC)
+        except OverflowError as exc:
+            raise forms.ValidationError("Enter a date and time within years 1 to 9999 in UTC.",
+                                        code="invalid") from exc
+
+
+class UtcDateTimeFilter(filters.IsoDateTimeFilter):
+    """An ISO 8601 time compared in UTC: Python takes offsets up to ±23:59, PostgreSQL's
+    timestamptz only up to ±15:59, so `?until=0192-11-10T16:54:53-19:06` was a 500."""
+
+    class field_class(UtcDateTimeField, filters.IsoDateTimeFilter.field_class):
+        pass

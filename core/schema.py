@@ -5,6 +5,8 @@ path naming an object."""
 from __future__ import annotations
 
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
+from drf_spectacular.plumbing import is_list_serializer
+from rest_framework import serializers
 from rest_framework.permissions import AllowAny
 
 from core.pagination import MAX_PAGE_LIMIT
@@ -21,7 +23,31 @@ FORBIDDEN = 'Authenticated, but this role or token scope may not do this: {"deta
 NOT_FOUND = 'No such object, or not one this caller may see: {"detail": ...}'
 
 
+# A string with something besides whitespace in it (what a non-blank CharField keeps after trimming)
+# and no NUL (which core.parsers refuses in any JSON body).
+NOT_ONLY_WHITESPACE = r"^[^\u0000]*\S[^\u0000]*$"
+
+
 class AutoSchema(SpectacularAutoSchema):
+    def _map_serializer_field(self, field, direction, bypass_extensions=False):
+        """Request bodies say what their serializer refuses: a non-blank text field needs a
+        character besides whitespace (DRF trims, then refuses ""), and a list of nested objects
+        its min_length/max_length (drf-spectacular states neither)."""
+        schema = super()._map_serializer_field(field, direction, bypass_extensions)
+        if direction != "request" or not isinstance(schema, dict) or field.read_only:
+            return schema
+        if is_list_serializer(field):
+            if field.min_length is not None:
+                schema["minItems"] = field.min_length
+            if field.max_length is not None:
+                schema["maxItems"] = field.max_length
+        elif isinstance(field, serializers.CharField) and not isinstance(field, serializers.ChoiceField) \
+                and not field.allow_blank and schema.get("type") == "string":
+            schema["minLength"] = max(schema.get("minLength", 0), 1)
+            if field.trim_whitespace and "pattern" not in schema and "format" not in schema:
+                schema["pattern"] = NOT_ONLY_WHITESPACE
+        return schema
+
     def _get_response_bodies(self, direction="response"):
         responses = super()._get_response_bodies(direction)
         if direction == "response" and "400" not in responses:

@@ -5,6 +5,7 @@ from django.db.models import Q
 from django_filters import rest_framework as filters
 
 from core.actors import NODE_AGENT_PREFIX, TOKEN_MARK
+from core.filters import UtcDateTimeFilter
 from core.models import AuditEvent
 
 # Who acted, read from the actor label core.actors.Actor writes ("(API token)" is the label DRF
@@ -29,8 +30,8 @@ class AuditEventFilterSet(filters.FilterSet):
     target_type = filters.CharFilter(label="Object type", field_name="target_type", help_text="e.g. fleet.node")
     target_id = filters.CharFilter(label="Object id", field_name="target_id")
     object = filters.CharFilter(label="Object", field_name="target_repr", lookup_expr="icontains")
-    since = filters.IsoDateTimeFilter(label="Since", field_name="at", lookup_expr="gte")
-    until = filters.IsoDateTimeFilter(label="Until", field_name="at", lookup_expr="lt")
+    since = UtcDateTimeFilter(label="Since", field_name="at", lookup_expr="gte")
+    until = UtcDateTimeFilter(label="Until", field_name="at", lookup_expr="lt")
 
     class Meta:
         model = AuditEvent

@@ -1,6 +1,7 @@
 """Health API shapes."""
 from rest_framework import serializers
 
+from core.fields import StrictCharField
 from health.choices import TicketState
 from health.models import BurnInResult, HealthEvent, RepairTicket, TicketTransition
 
@@ -62,8 +63,8 @@ class RepairTicketDetailSerializer(RepairTicketSerializer):
 
 
 class TicketCreateSerializer(serializers.Serializer):
-    node = serializers.CharField(max_length=64)
-    evidence = serializers.CharField(max_length=8000)
+    node = StrictCharField(max_length=64)
+    evidence = StrictCharField(max_length=8000)
     take_out_of_service = serializers.BooleanField(default=False, help_text="Put the node in repair now")
 
 

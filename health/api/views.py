@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
 from django_filters import rest_framework as filters
-from drf_spectacular.utils import OpenApiTypes, extend_schema
+from drf_spectacular.utils import OpenApiResponse, OpenApiTypes, extend_schema
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied
@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 
 from core.actors import Actor
 from core.filters import StrictBooleanFilter, StrictFilterBackend, WholeNumberFilter
+from core.parsers import StrictJSONParser
 from core.permissions import IsOperator, ReadOnlyOrOperator
 from fleet.agent.payloads import HeartbeatPayload, RegisterPayload
 from fleet.models import Gpu, Node
@@ -267,6 +268,7 @@ class RepairTicketViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
     """Repair tickets; operators open them and move them along (each move with a reason)."""
 
     permission_classes = [ReadOnlyOrOperator]
+    parser_classes = [StrictJSONParser]  # the schema's one request type: a form has no null
     filterset_fields = ["state"]
 
     def get_queryset(self):
@@ -282,7 +284,11 @@ class RepairTicketViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
         return Response(RepairTicketDetailSerializer(self.get_queryset().prefetch_related(
             "transitions", "burn_ins", "events").get(pk=ticket.pk)).data, status=code)
 
-    @extend_schema(request=TicketCreateSerializer, responses={201: RepairTicketDetailSerializer})
+    @extend_schema(request=TicketCreateSerializer, responses={
+        201: RepairTicketDetailSerializer,
+        200: OpenApiResponse(RepairTicketDetailSerializer, description="The node already had an open ticket: that "
+                             "ticket, with this evidence added"),
+    })
     def create(self, request):
         payload = TicketCreateSerializer(data=request.data)
         payload.is_valid(raise_exception=True)

@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.actors import Actor
+from core.parsers import StrictJSONParser
 from core.roles import is_operator
 from fleet.models import GpuFlavor
 from scheduling import limits
@@ -86,6 +87,7 @@ def _as_drf(exc: DjangoValidationError) -> ValidationError:
 
 class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = QuotaRequestOutputSerializer
+    parser_classes = [StrictJSONParser]  # the schema's one request type: a form has no null
     filterset_fields = ["state"]
 
     def get_queryset(self):

@@ -110,6 +110,21 @@ def test_bad_input_names_the_field(operator, cluster):
     assert bad_scope.status_code == 400 and "scopes" in bad_scope.json()
 
 
+@pytest.mark.parametrize("name", [5, 1.5, True, ["ci"], None])
+def test_a_name_that_is_not_a_string_is_a_400_and_no_token(operator, cluster, name):
+    response = api_for(operator).post("/api/v1/tokens/", {"name": name}, format="json")
+
+    assert response.status_code == 400 and "name" in response.json()
+    assert not PersonalAccessToken.objects.exists()
+
+
+def test_a_form_encoded_body_is_a_415_as_the_schema_offers_json_only(operator, cluster):
+    response = api_for(operator).post("/api/v1/tokens/", {"name": "ci"}, format="multipart")
+
+    assert response.status_code == 415
+    assert not PersonalAccessToken.objects.exists()
+
+
 def test_last_use_is_recorded_to_the_minute(operator, cluster, time_machine):
     time_machine.move_to(datetime(2026, 3, 1, 12, tzinfo=UTC), tick=False)
     key = _create(operator)["key"]

@@ -181,3 +181,10 @@ def test_agent_recovery_action_and_retired_pages_go_through_the_catalog(n1, gpu0
     if action:
         assert events[0][1] == action and events[0][2] == (154 if kinds == ["xid"] else None)
     assert Node.objects.get(name="n1").state == node_state
+
+
+def test_a_ticket_whose_node_or_evidence_is_not_a_string_is_a_400(cluster, operator):
+    for body in ({"node": 1, "evidence": "fan"}, {"node": "n2", "evidence": 79}):
+        response = api_for(operator).post("/api/v1/repair-tickets/", body, format="json")
+        assert response.status_code == 400 and set(response.json()) & {"node", "evidence"}
+    assert not RepairTicket.objects.exists()
