@@ -8,16 +8,18 @@ from __future__ import annotations
 from django import forms
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import MaxLengthValidator
 from django.http import Http404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, OpenApiTypes, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.actors import Actor
+from core.fields import StrictCharField
 from core.parsers import StrictJSONParser
 from core.roles import is_operator
 from fleet.models import GpuFlavor
@@ -31,8 +33,8 @@ class QuotaRequestOutputSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="team.name")
     queue = serializers.CharField(source="queue.name")
     flavor = serializers.CharField(source="flavor.name")
-    requested_by = serializers.CharField(source="requested_by.username", default=None)
-    reviewed_by = serializers.CharField(source="reviewed_by.username", default=None)
+    requested_by = serializers.CharField(source="requested_by.username", default=None, allow_null=True)
+    reviewed_by = serializers.CharField(source="reviewed_by.username", default=None, allow_null=True)
 
     class Meta:
         model = QuotaRequest
@@ -49,20 +51,34 @@ WHOLE_NUMBER = {"invalid": forms.IntegerField.default_error_messages["invalid"]}
 DATE = {"invalid": forms.DateField.default_error_messages["invalid"]}
 
 
+# The service's words for what is missing or out of range, so the form and the API say the same.
+NEED_GPUS = "Enter the number of GPUs you need."
+NEED_WHY = "Explain why the team needs this quota."
+
+
 class QuotaRequestInputSerializer(serializers.Serializer):
-    """Parses only. A missing nominal, start or justification reaches the service as empty,
-    which names what is missing in the form's words. Without `starts_on` the request starts
-    today, as the form's pre-filled date does; an explicit null is refused."""
+    """What the schema can state, stated here in the service's words; the service checks the rest
+    (the flavor's capacity, dates from today, the queue's current quota, one open request per
+    team and flavor). Without `starts_on` the request starts today, as the form's pre-filled date
+    does; an explicit null is refused."""
 
     queue = serializers.SlugRelatedField(slug_field="name", queryset=Queue.objects.select_related("team"))
     flavor = serializers.SlugRelatedField(slug_field="name", queryset=GpuFlavor.objects.all())
-    requested_nominal = serializers.IntegerField(required=False, allow_null=True, default=None,
-                                                 error_messages=WHOLE_NUMBER)
-    requested_borrowing_limit = serializers.IntegerField(required=False, allow_null=True, default=None,
-                                                         error_messages=WHOLE_NUMBER)
-    starts_on = serializers.DateField(required=False, allow_null=True, error_messages=DATE)
-    ends_on = serializers.DateField(required=False, allow_null=True, default=None, error_messages=DATE)
-    justification = serializers.CharField(required=False, allow_blank=True, default="")
+    requested_nominal = serializers.IntegerField(
+        min_value=1, help_text="At most the flavor's GPUs in the fleet",
+        error_messages={**WHOLE_NUMBER, "required": NEED_GPUS, "null": NEED_GPUS,
+                        "min_value": "Enter a positive whole number of GPUs."})
+    requested_borrowing_limit = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=0, help_text="At most the flavor's GPUs in the fleet",
+        error_messages={**WHOLE_NUMBER, "min_value": "Enter a whole number of GPUs (0 or more)."})
+    starts_on = serializers.DateField(required=False, help_text="Today or later; default today",
+                                      error_messages={**DATE, "null": "Enter a start date."})
+    ends_on = serializers.DateField(required=False, allow_null=True, default=None, help_text="After starts_on",
+                                    error_messages=DATE)
+    justification = StrictCharField(
+        error_messages={"required": NEED_WHY, "blank": NEED_WHY},
+        validators=[MaxLengthValidator(limits.MAX_JUSTIFICATION_LENGTH,
+                                       message="At most %(limit_value)d characters, not %(show_value)d.")])
 
 
 class ReviewInputSerializer(serializers.Serializer):
@@ -79,7 +95,16 @@ BAD_INPUT = OpenApiResponse(
 )
 
 
-def _as_drf(exc: DjangoValidationError) -> ValidationError:
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "Conflicts with an existing object."
+
+
+def _as_drf(exc: DjangoValidationError) -> APIException:
+    if hasattr(exc, "error_dict") and all(
+        e.code == services.OPEN_REQUEST for errors in exc.error_dict.values() for e in errors
+    ):
+        return Conflict(exc.message_dict)
     if hasattr(exc, "error_dict"):
         return ValidationError(exc.message_dict)
     return ValidationError({"non_field_errors": exc.messages})
@@ -112,7 +137,11 @@ class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
         except DjangoValidationError as exc:
             raise _as_drf(exc) from exc
 
-    @extend_schema(request=QuotaRequestInputSerializer, responses={201: QuotaRequestOutputSerializer, 400: BAD_INPUT})
+    @extend_schema(request=QuotaRequestInputSerializer, responses={
+        201: QuotaRequestOutputSerializer, 400: BAD_INPUT,
+        409: OpenApiResponse(OpenApiTypes.OBJECT, description='The team already has an open request for the flavor: '
+                             '{"flavor": ["... (#<id>); withdraw it or wait for its review."]}'),
+    })
     def create(self, request: Request) -> Response:
         data = QuotaRequestInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)

@@ -90,9 +90,15 @@ def quota_request_validate(
         add("requested_nominal", f"{queue.name} already has {current.nominal} {flavor.name} GPUs.")
     open_request = QuotaRequest.objects.filter(team_id=queue.team_id, flavor=flavor, state=S.SUBMITTED).first()
     if open_request is not None:
-        add("flavor", _open_request_message(open_request))
+        conflict = ValidationError(_open_request_message(open_request), code=OPEN_REQUEST)
+        errors.setdefault("flavor", []).append(conflict)  # type: ignore[arg-type]  # its code marks a 409
     if errors:
         raise ValidationError(errors)
+
+
+# The code of "this team already has an open request for the flavor": a conflict with what exists,
+# which the API answers with a 409.
+OPEN_REQUEST = "open_request"
 
 
 def _open_request_message(open_request: QuotaRequest) -> str:
@@ -140,7 +146,8 @@ def quota_request_create(
             open_request = QuotaRequest.objects.filter(team_id=queue.team_id, flavor=flavor, state=S.SUBMITTED).first()
             if open_request is None:
                 raise
-            raise ValidationError({"flavor": [_open_request_message(open_request)]}) from exc
+            conflict = ValidationError(_open_request_message(open_request), code=OPEN_REQUEST)
+            raise ValidationError({"flavor": [conflict]}) from exc
         audit_record(
             actor=actor,
             verb="quota_request.submit",

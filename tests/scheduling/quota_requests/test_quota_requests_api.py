@@ -92,11 +92,11 @@ def test_bad_input_is_a_400_naming_the_field(api, research_queue, today, overrid
     assert not QuotaRequest.objects.exists()
 
 
-def test_a_double_submission_is_a_400(api, research_queue, today):
+def test_a_double_submission_is_a_409_naming_the_open_request(api, research_queue, today):
     client = api("member")
     assert client.post(URL, body(today), format="json").status_code == 201
     second = client.post(URL, body(today, requested_nominal=13), format="json")
-    assert second.status_code == 400
+    assert second.status_code == 409
     assert "already has an open request" in second.json()["flavor"][0]
 
 
