@@ -27,6 +27,17 @@ def insert_rows(*, model: type[models.Model], fields: Sequence[str], rows: Seque
         )
 
 
+def statistics_refresh(*models_: type[models.Model]) -> None:
+    """ANALYZE the tables on PostgreSQL, inside the caller's transaction (its own new rows count).
+    A bulk load into fresh tables leaves the planner without statistics, and it then walks the
+    wrong index for every lookup of the rest of the transaction. Nothing to do on other engines."""
+    if connection.vendor != "postgresql" or not models_:
+        return
+    tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models_)
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {tables}")
+
+
 def column_values(column: models.Field, values: list) -> list:
     """A column's values as an array parameter takes them: JSON as the field would write it,
     one text per value (PostgreSQL has no jsonb array literal to bind a list of dicts to)."""

@@ -12,7 +12,8 @@ from django.core.exceptions import ValidationError
 from django.db import models, transaction
 
 from core.actors import Actor
-from core.audit import audit_record
+from core.audit import audit_record, audit_record_many
+from core.bulk import statistics_refresh
 from fleet.importer import FleetSpec, NodeSpec, check_fleet
 from fleet.models import Gpu, GpuFlavor, Node, Rack, Spine
 
@@ -133,6 +134,7 @@ class _Importer:
         racks = self.racks(spines)
         flavors = self.flavors()
         nodes = self.nodes(racks, flavors)
+        statistics_refresh(Node, Gpu)  # the lookups below go by UUID and node: the planner must know the rows
         self.gpus(nodes)
         return self.result
 
@@ -172,14 +174,35 @@ class _Importer:
         names = [n.name for n in self.spec.nodes]
         # Locked in name order, the order every multi-node writer uses, to avoid deadlocks.
         existing = _by_name(Node.objects.select_for_update().order_by("name"), names)
+        new: list[tuple[NodeSpec, dict[str, Any]]] = []
         for spec in self.spec.nodes:
             values = {
                 "rack": racks[spec.rack],
                 "flavor": flavors[spec.flavor] if spec.flavor else None,
                 **spec.fields(),
             }
-            existing[spec.name] = self.upsert("nodes", Node, {"name": spec.name}, values, existing.get(spec.name))
+            if spec.name in existing:
+                existing[spec.name] = self.upsert("nodes", Node, {"name": spec.name}, values, existing[spec.name])
+            else:
+                new.append((spec, values))
+        existing.update(self.nodes_create(new))
         return existing
+
+    def nodes_create(self, new: list[tuple[NodeSpec, dict[str, Any]]]) -> dict[str, Node]:
+        """The file's new nodes in bulk (one INSERT and one audit INSERT per 2,000): a first import of
+        60,000 nodes is not 120,000 round trips. Audited as upsert audits a created node."""
+        created: dict[str, Node] = {}
+        for start in range(0, len(new), 2000):
+            chunk = new[start:start + 2000]
+            rows = Node.objects.bulk_create([Node(name=spec.name, **values) for spec, values in chunk])
+            audit_record_many(actor=self.actor, verb="node.create", reason=self.reason, entries=[
+                (node, None, {k: _jsonable(v.pk if isinstance(v, models.Model) else v)
+                              for k, v in {"name": spec.name, **values}.items()})
+                for node, (spec, values) in zip(rows, chunk, strict=True)
+            ])
+            created.update({node.name: node for node in rows})
+        self.result.by_kind["nodes"].created += len(new)
+        return created
 
     def gpus(self, nodes: dict[str, Node]) -> None:
         """A listed node's GPUs are exactly the file's: GPUs may move between listed nodes, and
