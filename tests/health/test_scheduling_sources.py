@@ -67,7 +67,7 @@ def test_checkpoint_advice_follows_the_fleets_failures(research_queue, with_pci,
     assert response.status_code == 200, response.content
 
     after = api.get(f"/api/v1/workloads/{a['id']}/").json()["checkpoint"]
-    assert after["mtbf_source"] == "1 failures over 64 GPUs × 90 days"
+    assert after["mtbf_source"] == "1 failure over 64 GPUs × 90 days"
     assert after["mtbf_per_gpu_hours"] == 64 * 90 * 24
     # Young: sqrt(2 × 120 s × MTBF of a 32-GPU job); one failure in 90 days beats the default's guess.
     assert after["interval_seconds"] == round(math.sqrt(2 * 120 * 64 * 90 * 24 * 3600 / 32))
