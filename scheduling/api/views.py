@@ -38,7 +38,8 @@ from .serializers import (
 IDEMPOTENCY_KEY = "Idempotency-Key"
 IDEMPOTENCY_KEY_PARAMETER = OpenApiParameter(
     IDEMPOTENCY_KEY,
-    OpenApiTypes.STR,
+    # What _idempotency_key accepts, so a client reads the rule here rather than from a 400.
+    {"type": "string", "pattern": f"^[!-~]{{1,{limits.MAX_IDEMPOTENCY_KEY_LENGTH}}}$"},
     OpenApiParameter.HEADER,
     description=(
         f"Any unique string of 1 to {limits.MAX_IDEMPOTENCY_KEY_LENGTH} visible ASCII characters. A retry with "
