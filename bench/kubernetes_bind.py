@@ -229,8 +229,8 @@ def run_fleetdeck(admin, watch, jobs: list[tuple[str, int, int]], node_names, *,
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=loop, args=(lambda: watch.run_for(1), 0), name="kubernetes_watch"),
-               threading.Thread(target=loop, args=(placement_round_task, DEBOUNCE_SECONDS), name="worker")]
+    threads = [threading.Thread(target=loop, args=(lambda: watch.run_for(1), 0), name="kubernetes_watch", daemon=True),
+               threading.Thread(target=loop, args=(placement_round_task, DEBOUNCE_SECONDS), name="worker", daemon=True)]
     t0 = time.monotonic()
     for thread in threads:
         thread.start()
@@ -244,10 +244,10 @@ def run_fleetdeck(admin, watch, jobs: list[tuple[str, int, int]], node_names, *,
         stop.set()
         # The Jobs still queued for import (more than the nodes hold) are not waited for: the
         # watch lists again before the next phase, as a restarted watch process would.
-        watch.abandon()
+        watch.abandon(forget=False)  # the watch thread is still in its run_for
         for thread in threads:
             thread.join()
-        watch.abandon()  # what the watch thread queued meanwhile
+        watch.abandon()  # what it queued meanwhile; the next phase lists again
     if failures:
         raise failures[0]
     return meter.result(admin, node_names, gangs)

@@ -121,13 +121,15 @@ class Reflector:
             connection.close()
             raise
 
-    def abandon(self) -> None:
-        """Drop the events not yet applied and forget the version: the next run lists again (as a
-        restarted watch process does), and the list brings what the dropped events would have."""
+    def abandon(self, *, forget: bool = True) -> None:
+        """Drop the events not yet applied and (forget) the version: the next run lists again (as a
+        restarted watch process does), and the list brings what the dropped events would have.
+        Forget only once no run_for is in progress: a running one would list at once."""
         for future in self._pending:
             future.cancel()
         self.drain()
-        self.resource_version = ""
+        if forget:
+            self.resource_version = ""
 
     def drain(self) -> None:
         """Wait until every dispatched event is applied (a handler's exception is logged: the next
