@@ -26,6 +26,7 @@ NOT_FOUND = 'No such object, or not one this caller may see: {"detail": ...}'
 # A string with something besides whitespace in it (what a non-blank CharField keeps after trimming)
 # and no NUL (which core.parsers refuses in any JSON body).
 NOT_ONLY_WHITESPACE = r"^[^\u0000]*\S[^\u0000]*$"
+NO_NUL = r"^[^\u0000]*$"
 
 
 class AutoSchema(SpectacularAutoSchema):
@@ -35,6 +36,13 @@ class AutoSchema(SpectacularAutoSchema):
         its min_length/max_length (drf-spectacular states neither)."""
         schema = super()._map_serializer_field(field, direction, bypass_extensions)
         if direction != "request" or not isinstance(schema, dict) or field.read_only:
+            return schema
+        if isinstance(field, serializers.RegexField):
+            # drf-spectacular drops a RegexField's pattern when the field may also be blank (a oneOf).
+            pattern = next((v.regex.pattern for v in field.validators if hasattr(v, "regex")), None)
+            target = schema["oneOf"][0] if "oneOf" in schema else schema
+            if pattern and target.get("type") == "string":
+                target["pattern"] = pattern
             return schema
         if is_list_serializer(field):
             if field.min_length is not None:
@@ -46,6 +54,17 @@ class AutoSchema(SpectacularAutoSchema):
             schema["minLength"] = max(schema.get("minLength", 0), 1)
             if field.trim_whitespace and "pattern" not in schema and "format" not in schema:
                 schema["pattern"] = NOT_ONLY_WHITESPACE
+        elif isinstance(field, serializers.CharField) and not isinstance(field, serializers.ChoiceField) \
+                and schema.get("type") == "string" and "pattern" not in schema and "format" not in schema:
+            schema["pattern"] = NO_NUL
+        return schema
+
+    def _map_basic_serializer(self, serializer, direction):
+        """A body whose parser refuses fields it does not know (a serializer with
+        `refuses_unknown_fields = True`) says so: additionalProperties false."""
+        schema = super()._map_basic_serializer(serializer, direction)
+        if direction == "request" and getattr(serializer, "refuses_unknown_fields", False):
+            schema["additionalProperties"] = False
         return schema
 
     def _get_response_bodies(self, direction="response"):

@@ -14,7 +14,7 @@ from scheduling.services.specs import IMAGE_REFERENCE
 
 
 class PodSetSerializer(serializers.ModelSerializer):
-    flavor = serializers.CharField(source="flavor.name", default=None)
+    flavor = serializers.CharField(source="flavor.name", default=None, allow_null=True)
     command = serializers.ListField(child=serializers.CharField(allow_blank=True))
 
     class Meta:
@@ -163,6 +163,7 @@ class CancelSerializer(serializers.Serializer):
 # The submit body, for the OpenAPI schema only: scheduling.services.specs.parse_spec validates it
 # (with the rules a schema cannot say: existing teams, queues and flavors, node sizes).
 class PodSetSpecSerializer(serializers.Serializer):
+    refuses_unknown_fields = True  # scheduling.services.specs: "Unknown field."
     name = serializers.CharField(required=False, max_length=limits.MAX_POD_SET_NAME_LENGTH,
                                  help_text="Unique in the workload; default ps<index>")
     replicas = serializers.IntegerField(min_value=1, max_value=limits.MAX_REPLICAS)
@@ -201,6 +202,7 @@ class CheckpointSpecSerializer(serializers.Serializer):
 
 
 class WorkloadSubmitSerializer(serializers.Serializer):
+    refuses_unknown_fields = True  # scheduling.services.specs: "Unknown field."
     name = serializers.CharField(max_length=limits.MAX_WORKLOAD_NAME_LENGTH)
     team = serializers.CharField(max_length=64)
     queue = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=64,

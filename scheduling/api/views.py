@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.actors import Actor
+from core.parsers import StrictJSONParser
 from core.permissions import IsOperator
 from core.roles import may_act_for_team
 from fleet.models import Node
@@ -81,6 +82,7 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     """Submit, inspect and cancel workloads. Team members act for their own teams only."""
 
     filterset_class = WorkloadFilter
+    parser_classes = [StrictJSONParser]  # the schema's one request type: a form has no nested pod sets
 
     def get_queryset(self):
         qs = Workload.objects.visible_to(self.request.user).select_related("team", "queue", "priority_class")
