@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
 from django_filters import rest_framework as filters
-from drf_spectacular.utils import OpenApiResponse, OpenApiTypes, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, OpenApiTypes, extend_schema
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied
@@ -30,6 +30,7 @@ from health.choices import EventKind, EventSource, Reporter, Severity
 from health.models import HealthEvent, RepairTicket
 from scheduling.models import Workload
 
+from . import agent_schema
 from .authentication import IsNodeAgent, NodeTokenAuthentication
 from .serializers import (
     BurnInInputSerializer,
@@ -122,7 +123,8 @@ def _signal_summary(outcome: services.SignalOutcome) -> dict[str, Any]:
 class DcgmIngestView(_NodeIngestView):
     """POST dcgm-exporter text: text/plain body with ?node=NAME, or JSON {"node", "text"}."""
 
-    @extend_schema(request=OpenApiTypes.STR, responses={200: OpenApiTypes.OBJECT}, summary="Push DCGM telemetry")
+    @extend_schema(request=agent_schema.DCGM_BODY, responses={200: OpenApiTypes.OBJECT}, summary="Push DCGM telemetry",
+                   parameters=[OpenApiParameter("node", str, description="The node, for a text/plain body")])
     def post(self, request):
         content_type = (request.content_type or "").split(";")[0].strip()
         if content_type == "application/json":
@@ -152,7 +154,8 @@ class DcgmIngestView(_NodeIngestView):
 class KernelLogIngestView(_NodeIngestView):
     """POST {"node": NAME, "lines": ["...", ...]}."""
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT}, summary="Push kernel-log lines")
+    @extend_schema(request=agent_schema.KERNEL_LOG_BODY, responses={200: OpenApiTypes.OBJECT},
+                   summary="Push kernel-log lines")
     def post(self, request):
         data = self.read_json(request)
         if not isinstance(data, dict):
@@ -168,7 +171,8 @@ class KernelLogIngestView(_NodeIngestView):
 
 
 class AgentRegisterView(_NodeIngestView):
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT}, summary="Agent registration")
+    @extend_schema(request=agent_schema.REGISTER_BODY, responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT},
+                   summary="Agent registration")
     def post(self, request):
         data = self.read_json(request)
         try:
@@ -184,7 +188,8 @@ class AgentRegisterView(_NodeIngestView):
 
 
 class AgentHeartbeatView(_NodeIngestView):
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT}, summary="Agent heartbeat")
+    @extend_schema(request=agent_schema.HEARTBEAT_BODY, responses={200: OpenApiTypes.OBJECT, 409: OpenApiTypes.OBJECT},
+                   summary="Agent heartbeat")
     def post(self, request):
         data = self.read_json(request)
         try:
