@@ -16,8 +16,7 @@ from fleet.models import Node
 from fleet.services import Mover, node_cordon, node_state_move, node_uncordon
 from health.choices import EventKind
 from health.services import condition_resolve
-from scheduling.models import Allocation, Workload
-from scheduling.services.workloads import workload_stop_gang
+from scheduling.services import workload_stop_gang, workloads_on_node
 
 
 def node_came_back(*, node: Node, reason: str, source: str, actor: Actor, now: datetime) -> None:
@@ -65,9 +64,8 @@ def node_uncordoned_outside(*, node: Node, labels: dict[str, Any], by: Actor, re
 def node_workloads_requeue(*, node: Node, reason: str, actor: Actor) -> list[str]:
     """Stop (grace 0) every gang holding GPUs of the node, so the scheduler places it again; returns the
     names of the workloads stopped."""
-    ids = set(Allocation.objects.filter(node=node, released_at__isnull=True).values_list("workload_id", flat=True))
     stopped = []
-    for workload in Workload.objects.filter(pk__in=ids).order_by("pk"):
+    for workload in workloads_on_node(node):
         if workload_stop_gang(workload=workload, reason=reason, actor=actor, grace_seconds=0).stopped:
             stopped.append(workload.name)
     return stopped
