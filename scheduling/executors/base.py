@@ -68,6 +68,19 @@ class Executor(ABC):
     def start(self, workload: Workload, placements: list[ReplicaAssignment]) -> str:
         """Launch every replica of the gang; return the executor's job id ('' if none)."""
 
+    def start_many(self, starts: list[tuple[Workload, list[ReplicaAssignment]]]) -> dict[int, str | Exception]:
+        """start() for each (workload, placements): the job id, or the exception that start raised,
+        by workload id. One after the other here; an executor whose start is a network round trip
+        may run several at once (each workload's own start stays whole and in order), as long as it
+        touches no database from other threads."""
+        out: dict[int, str | Exception] = {}
+        for workload, placements in starts:
+            try:
+                out[workload.pk] = self.start(workload, placements) or ""
+            except Exception as exc:  # reported per workload: the others still start
+                out[workload.pk] = exc
+        return out
+
     @abstractmethod
     def stop_graceful(self, workload: Workload, grace_seconds: int) -> None:
         """Ask every replica to checkpoint and exit within grace_seconds (e.g. SIGTERM, then KILL)."""

@@ -123,11 +123,11 @@ def _start_group(kind: str, group: list[Workload], assignments, actor: Actor, no
         log.error("no executor %r: %d admitted workloads wait for it", kind, len(group))
         return 0
     job_ids: dict[int, tuple] = {}
-    for w in group:
-        try:
-            job_ids[w.pk] = (kind, executor.start(w, assignments.get(w.pk, [])) or "")
-        except Exception:
-            log.exception("executor %s could not start workload %s; the next tick retries", kind, w.pk)
+    for pk, started in executor.start_many([(w, assignments.get(w.pk, [])) for w in group]).items():
+        if isinstance(started, Exception):
+            log.error("executor %s could not start workload %s; the next tick retries", kind, pk, exc_info=started)
+        else:
+            job_ids[pk] = (kind, started)
     with transaction.atomic():
         # Row locks (PostgreSQL) make the claim below exact when a tick and a round race.
         ids: list[int] = []
