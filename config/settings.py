@@ -4,6 +4,7 @@ import hashlib
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from .env import env_bool, env_int, env_list, env_map, env_secret, env_str
 
@@ -66,6 +67,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "core.context_processors.roles",
+                "core.context_processors.live_refresh",
             ],
         },
     },
@@ -133,11 +135,13 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "staticfiles"
-# plotly.js comes from the pinned plotly package (its version always matches the Python side)
-# and is served from our own static URL: operators' networks are often air-gapped.
-import plotly as _plotly  # noqa: E402
-
-STATICFILES_DIRS = [BASE_DIR / "static", ("vendor", str(Path(_plotly.__file__).parent / "package_data"))]
+# plotly.js (Plotly's basic partial bundle) and htmx are vendored in static/vendor/ and served from
+# our own static URL: operators' networks are often air-gapped (static/vendor/README.md).
+STATICFILES_DIRS = [BASE_DIR / "static"]
+# The overview and queue pages refresh themselves in place this often (seconds, 1–15).
+LIVE_REFRESH_SECONDS = env_int("LIVE_REFRESH_SECONDS", 15)
+if not 1 <= LIVE_REFRESH_SECONDS <= 15:
+    raise ImproperlyConfigured(f"LIVE_REFRESH_SECONDS must be between 1 and 15, not {LIVE_REFRESH_SECONDS}")
 WHITENOISE_USE_FINDERS = True
 
 SESSION_COOKIE_HTTPONLY = True

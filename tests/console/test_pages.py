@@ -205,7 +205,7 @@ def test_anonymous_cordon_post_changes_nothing(fleet, client):
 def test_overview_page_shows_cards_chart_grid_and_cordoned_nodes(fleet, viewer, client):
     body = login(client, viewer).get("/").content.decode()
     assert 'id="capacity-chart"' in body
-    assert '<script src="/static/vendor/plotly.min.js">' in body
+    assert '<script src="/static/vendor/plotly-basic.min.js">' in body
     assert "cdn" not in body.lower() and "fonts.googleapis" not in body
     assert "Fully free nodes" in body and "Idle GPUs on partly used or degraded nodes" in body
     assert 'href="/nodes/h1/"' in body and 'href="/nodes/a1/"' in body
@@ -241,7 +241,7 @@ def test_the_overview_says_so_when_no_queue_needs_resizing(fleet, operator, clie
 
 
 def test_plotly_js_is_served_from_our_static_url(client, viewer):
-    response = login(client, viewer).get("/static/vendor/plotly.min.js")
+    response = login(client, viewer).get("/static/vendor/plotly-basic.min.js")
     assert response.status_code == 200
     assert b"plotly" in b"".join(response.streaming_content)[:2000].lower()
 

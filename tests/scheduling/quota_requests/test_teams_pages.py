@@ -143,7 +143,7 @@ def test_history_charts_come_from_usage_samples(client, team_member, research_qu
     [chart] = response.context["charts"]
     assert chart["flavor"] == "H100"
     body = response.content.decode()
-    assert 'id="usage-7d-' in body and 'id="usage-30d-' in body and "vendor/plotly.min.js" in body
+    assert 'id="usage-7d-' in body and 'id="usage-30d-' in body and "vendor/plotly-basic.min.js" in body
     assert [r.utilised for r in response.context["usage_rows"]] == [4.5]
 
 
