@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -148,14 +148,18 @@ def job_deleted(*, job: Mapping[str, Any]) -> Workload | None:
                            reason=f"Job {meta.get('namespace')}/{meta.get('name')} deleted in Kubernetes")
 
 
-def jobs_list(items: list[dict[str, Any]], cluster: Cluster | None = None) -> None:
+def jobs_list(items: list[dict[str, Any]], cluster: Cluster | None = None, *,
+              each: Callable[[Callable[[dict[str, Any]], Any], list[dict[str, Any]]], list[Any]] | None = None) -> None:
     """A full list (the first, or a relist after 410 Gone): import what is new, and cancel the
-    workloads whose Jobs were deleted while no watch was there to see the DELETED event."""
+    workloads whose Jobs were deleted while no watch was there to see the DELETED event. `each`
+    applies the import to every item (the watch's lanes, several Jobs at once); one after another
+    without it. The cancels wait until every import is done."""
     present = {((meta.get("labels") or {}).get(WORKLOAD_LABEL, ""), (meta.get("annotations") or {})
                 .get(SUBMITTED_ANNOTATION, "")) for meta in ((j.get("metadata") or {}) for j in items)}
-    for job in items:
+    imports = (each or _one_by_one)(lambda job: _safely(job_import, job, cluster), items)
+    for workload in imports:
         # A Job imported by this very list was listed before it was labelled.
-        if (workload := _safely(job_import, job, cluster)) is not None:
+        if workload is not None:
             present.add((str(workload.pk), workload_stamp(workload.submitted_at)))
     imported = AuditEvent.objects.filter(verb="workload.submit", actor=IMPORT_ACTOR.label,
                                          target_type=Workload._meta.label_lower).values_list("target_id", flat=True)
@@ -164,6 +168,10 @@ def jobs_list(items: list[dict[str, Any]], cluster: Cluster | None = None) -> No
                                             state__in=waiting).order_by("pk"):
         if (str(workload.pk), workload_stamp(workload.submitted_at)) not in present:
             workload_cancel(workload=workload, actor=IMPORT_ACTOR, reason="its Job is gone from Kubernetes")
+
+
+def _one_by_one(handler: Callable[[dict[str, Any]], Any], items: list[dict[str, Any]]) -> list[Any]:
+    return [handler(item) for item in items]
 
 
 def jobs_event(event: WatchEvent, cluster: Cluster | None = None) -> None:

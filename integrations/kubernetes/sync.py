@@ -47,5 +47,8 @@ def node_reflector(cluster: Cluster | None = None) -> Reflector:
 def job_reflector(cluster: Cluster | None = None, *, workers: int = 1) -> Reflector:
     """`workers` > 1 imports that many Jobs at once (the watch process uses
     KUBERNETES_JOB_IMPORT_WORKERS); each thread has a database connection of its own."""
-    return Reflector(path=JOBS_PATH, label_selector=JOB_SELECTOR, on_list=lambda items: jobs_list(items, cluster),
-                     on_event=lambda event: jobs_event(event, cluster), cluster=cluster, workers=workers)
+    reflector = Reflector(path=JOBS_PATH, label_selector=JOB_SELECTOR, on_list=lambda items: None,
+                          on_event=lambda event: jobs_event(event, cluster), cluster=cluster, workers=workers)
+    # A relist (the first, or after 410 Gone) imports its Jobs on the events' lanes, as many at once.
+    reflector.on_list = lambda items: jobs_list(items, cluster, each=reflector.each)
+    return reflector

@@ -9,7 +9,8 @@ call it and look at the database afterwards), so every write happens in ordinary
 With `workers` > 1 the events of different objects (told apart by uid) are applied by that many
 threads at once, each object's events in order on one of them: a burst of 4,000 new Jobs is
 imported as fast as the API server and the database answer several requests at a time, not one
-after the other. `run_for` returns, and a relist starts, only once every event seen is applied."""
+after the other; a (re)list's items go through the same lanes when its handler asks (`each`). `run_for`
+returns, and a relist starts, only once every event seen is applied."""
 from __future__ import annotations
 
 import logging
@@ -104,18 +105,35 @@ class Reflector:
         if version:
             self.resource_version = version
 
-    def _dispatch(self, event: WatchEvent, key: str) -> None:
+    def _lane(self, key: str) -> ThreadPoolExecutor:
         if not self._lanes:
             self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"watch{self.path}")
                            for _ in range(self.workers)]
-        lane = self._lanes[zlib.crc32(key.encode()) % len(self._lanes)]
-        self._pending.append(lane.submit(self._apply_in_lane, event))
+        return self._lanes[zlib.crc32(key.encode()) % len(self._lanes)]
+
+    def _dispatch(self, event: WatchEvent, key: str) -> None:
+        self._pending.append(self._lane(key).submit(self._in_lane, self.on_event, event))
         if len(self._pending) >= 10 * self.workers:  # keep the memory bounded in a long burst
             self._pending = [f for f in self._pending if not f.done()]
 
-    def _apply_in_lane(self, event: WatchEvent) -> None:
+    def each(self, handler: Callable[[dict[str, Any]], Any], items: list[dict[str, Any]]) -> list[Any]:
+        """handler(item) for every item of a list, on the lanes the items' watch events take (by
+        uid), so a relist of 4,000 Jobs is applied `workers` at a time as a burst of events is; in
+        the caller's thread with one worker. Returns once all are applied, results in the items'
+        order; the first handler exception is raised then, as one thread would have."""
+        if self.workers <= 1:
+            return [handler(item) for item in items]
+        futures = []
+        for item in items:
+            metadata = item.get("metadata") or {}
+            key = str(metadata.get("uid") or metadata.get("name") or "")
+            futures.append(self._lane(key).submit(self._in_lane, handler, item))
+        wait(futures)
+        return [future.result() for future in futures]
+
+    def _in_lane(self, handler: Callable[[Any], Any], arg: Any) -> Any:
         try:
-            self.on_event(event)
+            return handler(arg)
         except DatabaseError:
             # A lane thread lives as long as the watch: its next event opens a fresh connection.
             connection.close()
@@ -138,6 +156,14 @@ class Reflector:
         for future in wait(pending).done:
             if not future.cancelled() and (exc := future.exception()) is not None:
                 log.error("%s: an event handler failed", self.path, exc_info=exc)
+
+    def close(self) -> None:
+        """Apply what is queued, then end the lane threads, each closing its database connection."""
+        self.drain()
+        lanes, self._lanes = self._lanes, []
+        for lane in lanes:
+            lane.submit(lambda: connection.close())  # looked up in the lane thread: its own connection
+            lane.shutdown(wait=True)
 
     def run_forever(self, window: float = 300) -> None:
         while True:

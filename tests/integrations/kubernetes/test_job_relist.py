@@ -1,0 +1,56 @@
+"""A Job watch process with several import workers (KUBERNETES_JOB_IMPORT_WORKERS), as it runs in
+production, against the real API server: its first list (or a relist after 410 Gone) imports every
+queued Job once and cancels the workloads whose Jobs went while no watch saw it. Each import
+worker has a database connection of its own, so the test runs outside one test transaction."""
+from __future__ import annotations
+
+import pytest
+
+from integrations.kubernetes.jobs import WORKLOAD_LABEL
+from integrations.kubernetes.sync import job_reflector
+from scheduling.models import Workload
+
+from .conftest import NAMESPACE, seed_nodes
+from .test_worked_example_kubernetes import _queue
+
+pytestmark = [pytest.mark.slow, pytest.mark.kubernetes, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_relist_with_import_workers_imports_every_job_once_and_cancels_the_gone(kube, team):
+    kube.add_nodes(seed_nodes(2, per_rack=2))
+    kube.sync()
+    _queue(team)
+    kube.submit_job("gone", pods=3, gpus=8)  # more than the two nodes hold: it waits
+    kube.sync()
+    assert Workload.objects.get(name="gone").state == "pending"
+
+    # The watch process restarts; meanwhile "gone" is deleted and twelve Jobs are queued.
+    kube.admin.request("DELETE", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/gone",
+                       query=[("propagationPolicy", "Background")])
+    names = [f"listed-{i}" for i in range(12)]
+    for name in names:
+        kube.submit_job(name, pods=1, gpus=1, priority="eval")
+    watch = job_reflector(workers=4)
+    try:
+        _relist_twice(kube, watch, names)
+    finally:
+        watch.close()
+
+
+def _relist_twice(kube, watch, names: list[str]) -> None:
+    watch.run_for(1)
+
+    assert watch.lists == 1
+    imported = {w.name: w for w in Workload.objects.filter(name__in=names)}
+    assert sorted(imported) == sorted(names)
+    assert Workload.objects.filter(name__startswith="listed-").count() == len(names)  # each Job once
+    for name in names:
+        labels = kube.job(name)["metadata"]["labels"]
+        assert labels[WORKLOAD_LABEL] == str(imported[name].pk)
+    assert Workload.objects.get(name="gone").state == "cancelled"
+
+    # 410 Gone: it lists again, the same Jobs, and takes none of them twice.
+    watch.resource_version = "1"
+    watch.run_for(1)
+    assert watch.lists == 2
+    assert Workload.objects.filter(name__startswith="listed-").count() == len(names)
