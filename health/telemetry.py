@@ -57,8 +57,10 @@ class TelemetrySource(Protocol):
         """Allocated GPUs under 5 % SM activity for the whole `window`."""
         ...
 
-    def utilised_history(self, *, queue_ids: Sequence[int], since: datetime, now: datetime) -> UtilisedHistory | None:
-        """Hourly utilised GPUs per flavor of the queues; None when the usage samples already carry it."""
+    def utilised_history(self, *, queue_ids: Sequence[int], since: datetime, now: datetime,
+                         step_seconds: int = 3600) -> UtilisedHistory | None:
+        """Utilised GPUs per flavor of the queues, the mean of each `step_seconds` bucket (aligned to
+        the epoch); None when the usage samples already carry it."""
         ...
 
 
@@ -80,7 +82,8 @@ class DatabaseTelemetry:
     def idle_allocated(self, *, now: datetime, window: timedelta) -> list[IdleGpu]:
         return selectors.idle_allocated_gpus(now=now, window=window)
 
-    def utilised_history(self, *, queue_ids: Sequence[int], since: datetime, now: datetime) -> UtilisedHistory | None:
+    def utilised_history(self, *, queue_ids: Sequence[int], since: datetime, now: datetime,
+                         step_seconds: int = 3600) -> UtilisedHistory | None:
         return None  # the usage sampler wrote utilisation into each sample from the readings
 
 
@@ -142,11 +145,12 @@ def idle_allocated(*, now: datetime) -> Telemetry[list[IdleGpu]]:
     return _ask("idle allocated GPUs", [], lambda s: s.idle_allocated(now=now, window=idle_window()))
 
 
-def utilised_history(*, queue_ids: Sequence[int], since: datetime, now: datetime) -> tuple[UtilisedHistory | None, str]:
+def utilised_history(*, queue_ids: Sequence[int], since: datetime, now: datetime,
+                     step_seconds: int = 3600) -> tuple[UtilisedHistory | None, str]:
     """The team pages' hook (scheduling.quota_requests.selectors.register_utilised_history): the
     history and a notice; on an error no history (the charts keep the samples' line) and the notice."""
     answer = _ask("utilisation history", None,
-                  lambda s: s.utilised_history(queue_ids=queue_ids, since=since, now=now))
+                  lambda s: s.utilised_history(queue_ids=queue_ids, since=since, now=now, step_seconds=step_seconds))
     return answer.value, answer.notice
 
 

@@ -37,7 +37,7 @@ def idle_peak(window: timedelta, uuids: list[str] | None = None) -> str:
     return f"max_over_time({selector}[{window_ms}ms]) < {IDLE_BELOW} and {selector} offset {reach_ms}ms"
 
 
-def queue_utilised_hourly(queue_ids: list[int]) -> str:
-    """Hourly means of the utilised GPUs of the given queues, per flavor."""
+def queue_utilised_mean(queue_ids: list[int], *, window_seconds: int) -> str:
+    """Means over the last `window_seconds` of the utilised GPUs of the given queues, per flavor."""
     ids = "|".join(str(int(q)) for q in queue_ids)
-    return f'sum by (flavor_id) (avg_over_time({QUEUE_UTILISED}{{queue_id=~"{ids}"}}[1h]))'
+    return f'sum by (flavor_id) (avg_over_time({QUEUE_UTILISED}{{queue_id=~"{ids}"}}[{int(window_seconds)}s]))'

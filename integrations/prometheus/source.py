@@ -200,22 +200,24 @@ class PrometheusTelemetry:
                 ))
         return sorted(out, key=lambda g: (g.node, g.gpu_index, g.workload_id))
 
-    def utilised_history(self, *, queue_ids: Sequence[int], since: datetime, now: datetime) -> UtilisedHistory | None:
-        """Hourly means per flavor, keyed like the usage samples' hours (TruncHour): Prometheus's point at
-        h + 1 h averages the hour that starts at h."""
+    def utilised_history(self, *, queue_ids: Sequence[int], since: datetime, now: datetime,
+                         step_seconds: int = HOUR) -> UtilisedHistory | None:
+        """Means per `step_seconds` bucket per flavor, keyed like the usage samples' buckets (TruncHour,
+        or epoch-aligned 5 minutes): Prometheus's point at b + step averages the bucket that starts at b."""
         if not queue_ids:
             return {}
-        first = int(since.timestamp()) // HOUR * HOUR + HOUR
-        end = int(now.timestamp()) // HOUR * HOUR + HOUR
-        series = self.client.query_range(promql.queue_utilised_hourly(list(queue_ids)),
+        step = step_seconds
+        first = int(since.timestamp()) // step * step + step
+        end = int(now.timestamp()) // step * step + step
+        series = self.client.query_range(promql.queue_utilised_mean(list(queue_ids), window_seconds=step),
                                          start=datetime.fromtimestamp(first, UTC),
-                                         end=datetime.fromtimestamp(max(first, end), UTC), step_seconds=HOUR)
+                                         end=datetime.fromtimestamp(max(first, end), UTC), step_seconds=step)
         out: UtilisedHistory = {}
         for item in series:
             flavor_id = item.labels.get("flavor_id", "")
             if not flavor_id.isdigit():
                 continue
             out[int(flavor_id)] = {
-                datetime.fromtimestamp(t - HOUR, UTC): round(v, 3) for t, v in item.points if not math.isnan(v)
+                datetime.fromtimestamp(t - step, UTC): round(v, 3) for t, v in item.points if not math.isnan(v)
             }
         return out

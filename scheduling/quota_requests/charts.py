@@ -21,25 +21,26 @@ SERIES = (
 
 
 def usage_history_figure(
-    points: Sequence[HourPoint], *, flavor_name: str, days: int, now: dt.datetime | None = None
+    points: Sequence[HourPoint], *, flavor_name: str, span: dt.timedelta, span_label: str, step_seconds: int = 3600,
+    now: dt.datetime | None = None,
 ) -> go.Figure:
-    """With `now`, the x axis spans exactly the last `days` days, so a young queue's short history
-    reads as short instead of being stretched over the whole chart."""
+    """With `now`, the x axis spans exactly the last `span`, so a young queue's short history reads
+    as short instead of being stretched over the whole chart."""
     fig = go.Figure()
     x = [p.at for p in points]
-    for attr, label, colour, dash in SERIES:
+    for attr, series_label, colour, dash in SERIES:
         fig.add_trace(
             go.Scatter(
                 x=x,
                 y=[round(getattr(p, attr), 2) for p in points],
-                name=label,
+                name=series_label,
                 mode="lines",
                 line={"color": colour, "dash": dash, "width": 2 if attr in ("nominal", "in_use") else 1.5},
                 fill="tozeroy" if attr == "in_use" else None,
             )
         )
     fig.update_layout(
-        title=f"{flavor_name}: last {days} days (hourly means)",
+        title=f"{flavor_name}: last {span_label} ({'hourly' if step_seconds == 3600 else f'{step_seconds // 60}-minute'} means)",
         height=320,
         margin={"l": 40, "r": 10, "t": 40, "b": 30},
         yaxis_title="GPUs",
@@ -47,7 +48,7 @@ def usage_history_figure(
         template="plotly_white",
     )
     if now is not None:
-        fig.update_xaxes(range=[now - dt.timedelta(days=days), now])
+        fig.update_xaxes(range=[now - span, now])
     return fig
 
 

@@ -245,38 +245,47 @@ class HourPoint:
     pending_demand: float
 
 
-def usage_history(*, queue_ids, since: dt.datetime) -> dict[int, list[HourPoint]]:
-    """Hourly means per flavor, summed over the given queues (one query)."""
-    rows = (
-        QueueUsageSample.objects.filter(queue_id__in=list(queue_ids), at__gte=since)
-        .annotate(hour=TruncHour("at"))
-        .values("flavor_id", "queue_id", "hour")
-        .annotate(
-            nominal=Avg("nominal"),
-            in_use=Avg("in_use"),
-            utilised=Avg("utilised"),
-            borrowed=Avg("borrowed"),
-            lent=Avg("lent"),
-            pending_demand=Avg("pending_demand"),
-        )
-        .order_by("hour")
-    )
+def usage_history(*, queue_ids, since: dt.datetime, step_seconds: int = 3600) -> dict[int, list[HourPoint]]:
+    """Means per `step_seconds` bucket (an hour, or the samples' own 5 minutes) per flavor, summed
+    over the given queues (one query)."""
     metrics = ("nominal", "in_use", "utilised", "borrowed", "lent", "pending_demand")
+    samples = QueueUsageSample.objects.filter(queue_id__in=list(queue_ids), at__gte=since)
+    if step_seconds == 3600:
+        rows = (
+            samples.annotate(bucket=TruncHour("at")).values("flavor_id", "queue_id", "bucket")
+            .annotate(**{metric: Avg(metric) for metric in metrics}).order_by("bucket")
+        )
+    else:
+        rows = _bucketed_means(samples.values("flavor_id", "queue_id", "at", *metrics), step_seconds, metrics)
     summed: dict[int, dict[dt.datetime, dict[str, float]]] = defaultdict(
         lambda: defaultdict(lambda: dict.fromkeys(metrics, 0.0))
     )
     for row in rows:
-        bucket = summed[row["flavor_id"]][row["hour"]]
+        bucket = summed[row["flavor_id"]][row["bucket"]]
         for metric in metrics:
             bucket[metric] += float(row[metric] or 0)
     return {
-        flavor_id: [HourPoint(at=hour, **values) for hour, values in sorted(hours.items())]
-        for flavor_id, hours in summed.items()
+        flavor_id: [HourPoint(at=at, **values) for at, values in sorted(buckets.items())]
+        for flavor_id, buckets in summed.items()
     }
 
 
-# The telemetry source's hourly utilisation of some queues (health registers health.telemetry's):
-# keyword arguments queue_ids, since, now; returns ({flavor_id: {hour: utilised GPUs}} or None when
+def _bucketed_means(rows, step_seconds: int, metrics: Sequence[str]) -> list[dict]:
+    """Per queue × flavor × bucket means of sample rows, buckets aligned to the epoch (as
+    Prometheus aligns a query_range's steps), for windows too short for hourly means."""
+    groups: dict[tuple[int, int, dt.datetime], list[dict]] = defaultdict(list)
+    for row in rows:
+        start = int(row["at"].timestamp()) // step_seconds * step_seconds
+        groups[(row["flavor_id"], row["queue_id"], dt.datetime.fromtimestamp(start, dt.UTC))].append(row)
+    return [
+        {"flavor_id": flavor_id, "queue_id": queue_id, "bucket": bucket,
+         **{metric: sum(r[metric] for r in group) / len(group) for metric in metrics}}
+        for (flavor_id, queue_id, bucket), group in groups.items()
+    ]
+
+
+# The telemetry source's utilisation of some queues (health registers health.telemetry's): keyword
+# arguments queue_ids, since, now, step_seconds; returns ({flavor_id: {bucket start: utilised GPUs}} or None when
 # the samples already carry it, and a notice to show, empty when the source answered).
 UtilisedHistorySource = Callable[..., tuple[dict[int, dict[dt.datetime, float]] | None, str]]
 _utilised_history: UtilisedHistorySource | None = None
@@ -288,14 +297,14 @@ def register_utilised_history(fn: UtilisedHistorySource | None) -> None:
 
 
 def usage_history_with_utilisation(
-    *, queue_ids: Sequence[int], since: dt.datetime, now: dt.datetime
+    *, queue_ids: Sequence[int], since: dt.datetime, now: dt.datetime, step_seconds: int = 3600
 ) -> tuple[dict[int, list[HourPoint]], str]:
     """usage_history, its utilised line from the telemetry source where that keeps the history
     (Prometheus), and the source's notice when it did not answer (the samples' line stays then)."""
-    history = usage_history(queue_ids=queue_ids, since=since)
+    history = usage_history(queue_ids=queue_ids, since=since, step_seconds=step_seconds)
     if _utilised_history is None:
         return history, ""
-    utilised, notice = _utilised_history(queue_ids=list(queue_ids), since=since, now=now)
+    utilised, notice = _utilised_history(queue_ids=list(queue_ids), since=since, now=now, step_seconds=step_seconds)
     if utilised is None:
         return history, notice
     return {

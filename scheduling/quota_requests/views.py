@@ -6,7 +6,7 @@ import datetime as dt
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Case, IntegerField, Value, When
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -40,6 +40,10 @@ def team_list(request: HttpRequest) -> HttpResponse:
 
 def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
     team = selectors.team_for_user(request.user, team_id)
+    chart_range = request.GET.get("range", DEFAULT_CHART_RANGE)
+    if chart_range not in CHART_RANGES:
+        return HttpResponseBadRequest(f"range: must be one of {', '.join(CHART_RANGES)}, not {chart_range[:20]!r}",
+                                      content_type="text/plain")
     now = timezone.now()
     queue_ids = list(team.queues.values_list("pk", flat=True))
     snapshot = selectors.usage_now()
@@ -52,7 +56,7 @@ def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
             "team": team,
             "usage_rows": usage_rows,
             "pending_any_flavor": pending_any,
-            **_history_charts(queue_ids, snapshot, now),
+            **_history_charts(queue_ids, snapshot, now, chart_range),
             "workloads": selectors.team_workloads(team),
             "requests": selectors.quota_requests_visible_to(request.user).filter(team=team)[:50],
             "history": selectors.quota_history(team),
@@ -61,22 +65,29 @@ def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
     )
 
 
-def _history_charts(queue_ids, snapshot: selectors.UsageSnapshot, now: dt.datetime) -> dict:
+# The team page's chart ranges: (span, label, bucket seconds). Shorter ranges use the usage
+# samples' own 5 minutes (QUOTA_USAGE_SAMPLE every 300 s); longer ones hourly means.
+CHART_RANGES = {
+    "1h": (dt.timedelta(hours=1), "hour", 300),
+    "24h": (dt.timedelta(hours=24), "24 hours", 300),
+    "7d": (dt.timedelta(days=7), "7 days", 3600),
+    "30d": (dt.timedelta(days=30), "30 days", 3600),
+}
+DEFAULT_CHART_RANGE = "7d"
+
+
+def _history_charts(queue_ids, snapshot: selectors.UsageSnapshot, now: dt.datetime, chart_range: str) -> dict:
+    span, label, step = CHART_RANGES[chart_range]
     history, notice = selectors.usage_history_with_utilisation(
-        queue_ids=queue_ids, since=now - dt.timedelta(days=30), now=now)
-    week_ago = now - dt.timedelta(days=7)
+        queue_ids=queue_ids, since=now - span, now=now, step_seconds=step)
     out = []
     for flavor_id, points in sorted(history.items(), key=lambda item: snapshot.flavors[item[0]].name):
         name = snapshot.flavors[flavor_id].name
-        week = [p for p in points if p.at >= week_ago]
-        out.append({
-            "flavor": name,
-            "week": charts.figure_html(charts.usage_history_figure(week, flavor_name=name, days=7, now=now),
-                                       div_id=f"usage-7d-{flavor_id}"),
-            "month": charts.figure_html(charts.usage_history_figure(points, flavor_name=name, days=30, now=now),
-                                        div_id=f"usage-30d-{flavor_id}"),
-        })
-    return {"charts": out, "telemetry_notice": notice}
+        figure = charts.usage_history_figure(points, flavor_name=name, span=span, span_label=label, step_seconds=step,
+                                             now=now)
+        out.append({"flavor": name, "chart": charts.figure_html(figure, div_id=f"usage-{chart_range}-{flavor_id}")})
+    return {"charts": out, "telemetry_notice": notice, "chart_range": chart_range,
+            "chart_ranges": list(CHART_RANGES)}
 
 
 # --- quota requests ------------------------------------------------------------------------------

@@ -105,16 +105,20 @@ def test_the_sizing_include_renders(client, operator, research_queue, h100):
 
 def test_the_usage_figure_has_every_series():
     points = [selectors.HourPoint(at=NOW, nominal=8, in_use=6, utilised=4, borrowed=0, lent=1, pending_demand=2)]
-    fig = charts.usage_history_figure(points, flavor_name="H100", days=7)
+    fig = charts.usage_history_figure(points, flavor_name="H100", span=dt.timedelta(days=7), span_label="7 days")
     assert [t.name for t in fig.data] == [label for _, label, _, _ in charts.SERIES]
     assert list(fig.data[1].y) == [6]
-    assert "H100: last 7 days" in fig.layout.title.text
+    assert fig.layout.title.text == "H100: last 7 days (hourly means)"
 
 
 def test_the_30_day_figure_spans_30_days_however_short_the_history():
     points = [selectors.HourPoint(at=NOW, nominal=8, in_use=6, utilised=4, borrowed=0, lent=1, pending_demand=2)]
-    fig = charts.usage_history_figure(points, flavor_name="H100", days=30, now=NOW)
+    fig = charts.usage_history_figure(points, flavor_name="H100", span=dt.timedelta(days=30), span_label="30 days", now=NOW)
     assert tuple(fig.layout.xaxis.range) == (NOW - dt.timedelta(days=30), NOW)
+    fig = charts.usage_history_figure(points, flavor_name="H100", span=dt.timedelta(hours=1), span_label="hour",
+                                      step_seconds=300, now=NOW)
+    assert tuple(fig.layout.xaxis.range) == (NOW - dt.timedelta(hours=1), NOW)
+    assert fig.layout.title.text == "H100: last hour (5-minute means)"
 
 
 def test_the_beat_schedule_runs_both_tasks():

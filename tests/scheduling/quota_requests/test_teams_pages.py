@@ -143,8 +143,44 @@ def test_history_charts_come_from_usage_samples(client, team_member, research_qu
     [chart] = response.context["charts"]
     assert chart["flavor"] == "H100"
     body = response.content.decode()
-    assert 'id="usage-7d-' in body and 'id="usage-30d-' in body and "vendor/plotly-basic.min.js" in body
+    assert f'id="usage-7d-{h100.pk}"' in body and "vendor/plotly-basic.min.js" in body
+    assert '<a href="?range=7d" aria-current="true">7d</a>' in body and '<a href="?range=30d">30d</a>' in body
     assert [r.utilised for r in response.context["usage_rows"]] == [4.5]
+
+
+def test_the_history_chart_has_a_time_range(client, team_member, research_queue, h100):
+    now = timezone.now()
+    QueueUsageSample.objects.bulk_create(
+        QueueUsageSample(queue=research_queue, flavor=h100, at=now - dt.timedelta(minutes=5 * i), nominal=8,
+                         in_use=i % 4, utilised=1.0)
+        for i in range(0, 12 * 24 * 31)  # 31 days of 5-minute samples
+    )
+    client.force_login(team_member)
+    url = f"/scheduling/teams/{research_queue.team_id}/"
+    seen = {}
+    for chart_range in ("1h", "24h", "7d", "30d"):
+        response = client.get(url, {"range": chart_range})
+        assert response.status_code == 200
+        [chart] = response.context["charts"]
+        assert f'id="usage-{chart_range}-{h100.pk}"' in chart["chart"]
+        [points] = selectors.usage_history(queue_ids=[research_queue.pk], since=now - {
+            "1h": dt.timedelta(hours=1), "24h": dt.timedelta(days=1), "7d": dt.timedelta(days=7),
+            "30d": dt.timedelta(days=30)}[chart_range], step_seconds=300 if chart_range in ("1h", "24h") else 3600
+        ).values()
+        seen[chart_range] = points
+    # 5-minute buckets for the hour and the day (each sample its own point), hourly means for the week
+    # and the month (± a partial bucket at each end).
+    assert 12 <= len(seen["1h"]) <= 13 and 288 <= len(seen["24h"]) <= 289
+    assert {p.in_use for p in seen["1h"]} == {0, 1, 2, 3}
+    assert 168 <= len(seen["7d"]) <= 169 and 720 <= len(seen["30d"]) <= 721
+    assert {p.in_use for p in seen["7d"][1:-1]} == {1.5}
+
+
+def test_an_unknown_time_range_is_a_400_naming_the_choices(client, team_member, research_queue):
+    client.force_login(team_member)
+    response = client.get(f"/scheduling/teams/{research_queue.team_id}/", {"range": "2y"})
+    assert response.status_code == 400
+    assert response.content.decode() == "range: must be one of 1h, 24h, 7d, 30d, not '2y'"
 
 
 def test_the_history_selector_sums_queues_per_hour(research_queue, h100):
