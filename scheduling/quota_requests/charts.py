@@ -39,8 +39,9 @@ def usage_history_figure(
                 fill="tozeroy" if attr == "in_use" else None,
             )
         )
+    means = "hourly" if step_seconds == 3600 else f"{step_seconds // 60}-minute"
     fig.update_layout(
-        title=f"{flavor_name}: last {span_label} ({'hourly' if step_seconds == 3600 else f'{step_seconds // 60}-minute'} means)",
+        title=f"{flavor_name}: last {span_label} ({means} means)",
         height=320,
         margin={"l": 40, "r": 10, "t": 40, "b": 30},
         yaxis_title="GPUs",

@@ -113,7 +113,8 @@ def test_the_usage_figure_has_every_series():
 
 def test_the_30_day_figure_spans_30_days_however_short_the_history():
     points = [selectors.HourPoint(at=NOW, nominal=8, in_use=6, utilised=4, borrowed=0, lent=1, pending_demand=2)]
-    fig = charts.usage_history_figure(points, flavor_name="H100", span=dt.timedelta(days=30), span_label="30 days", now=NOW)
+    fig = charts.usage_history_figure(points, flavor_name="H100", span=dt.timedelta(days=30), span_label="30 days",
+                                      now=NOW)
     assert tuple(fig.layout.xaxis.range) == (NOW - dt.timedelta(days=30), NOW)
     fig = charts.usage_history_figure(points, flavor_name="H100", span=dt.timedelta(hours=1), span_label="hour",
                                       step_seconds=300, now=NOW)
