@@ -65,3 +65,11 @@ QUOTA_REQUEST_STATE_COLORS = {
     QuotaRequestState.APPLIED: "#00695c",
     QuotaRequestState.EXPIRED: "#6a1b9a",
 }
+
+
+class ReclaimPolicy(models.TextChoices):
+    """Kueue's reclaimWithinCohort (same values as scheduling.engine.types.ReclaimPolicy)."""
+
+    NEVER = "Never", "Never"
+    LOWER_PRIORITY = "LowerPriority", "Lower priority borrowers only"
+    ANY = "Any", "Any borrower"

@@ -15,6 +15,7 @@ from .choices import (
     ACTIVE_STATES,
     WAITING_STATES,
     QuotaRequestState,
+    ReclaimPolicy,
     SharingRequest,
     TopologyLevel,
     TopologyMode,
@@ -82,6 +83,15 @@ class Queue(models.Model):
     name = models.CharField(max_length=64, unique=True)
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="queues")
     cohort = models.ForeignKey(Cohort, null=True, blank=True, on_delete=models.SET_NULL, related_name="queues")
+    reclaim_within_cohort = models.CharField(
+        max_length=16, choices=ReclaimPolicy.choices, default=ReclaimPolicy.ANY,
+        help_text="Below its nominal quota, whom the queue may preempt among the cohort's borrowers "
+                  "(gracefully): never, lower-priority borrowers only, or any borrower",
+    )
+    borrow_non_preemptible = models.BooleanField(
+        default=False,
+        help_text="Work of a non-preemptible priority class may borrow from the cohort (it can then not be reclaimed)",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -128,6 +138,13 @@ class PriorityClass(models.Model):
     may_preempt = models.BooleanField(default=False, help_text="Workloads of this class may preempt others")
     grace_seconds = models.PositiveIntegerField(default=60, help_text="Time a victim gets to checkpoint")
     min_runtime_seconds = models.PositiveIntegerField(default=600, help_text="Never preempted before this")
+    cooldown_seconds = models.PositiveIntegerField(
+        default=3600, validators=SECONDS, help_text="Not preempted again this long after a preemption"
+    )
+    hard_preemption = models.BooleanField(
+        default=False,
+        help_text="Workloads of this class may preempt work that does not checkpoint (its work since start is lost)",
+    )
     description = models.TextField(blank=True)
 
     class Meta:
@@ -172,6 +189,9 @@ class Workload(models.Model):
     last_progress_at = models.DateTimeField(null=True, blank=True)
     pending_reason = models.CharField(max_length=40, blank=True)
     pending_message = models.TextField(blank=True)
+    # The round's estimate of when a waiting workload starts, and what bounds it (null: unknown).
+    estimated_start_at = models.DateTimeField(null=True, blank=True)
+    estimated_start_basis = models.CharField(max_length=200, blank=True)
     submitted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

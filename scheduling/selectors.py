@@ -181,6 +181,7 @@ def _usage_row(usage: Usage, queue: Queue, flavor: str) -> dict:
         "queue": queue.name,
         "team_id": queue.team_id,
         "cohort": queue.cohort.name if queue.cohort else None,
+        "reclaim_within_cohort": queue.reclaim_within_cohort,
         "flavor": flavor,
         "nominal": usage.nominal,
         "borrowing_limit": usage.borrowing_limit,

@@ -30,6 +30,7 @@ from .engine.types import (
     PodSetSpec,
     QueueView,
     Quota,
+    ReclaimPolicy,
     ReplicaPlacement,
     RunningWorkload,
     Snapshot,
@@ -214,8 +215,10 @@ def _load_nodes(index: SnapshotIndex, held: list[tuple]) -> list[NodeView]:
 
 def _load_queues(held: list[tuple], flavor_of_node: dict[int, str], queue_of: dict[int, str]) -> dict[str, QueueView]:
     queues = {
-        name: QueueView(name=name, team=team, cohort=cohort, quotas={})
-        for name, team, cohort in Queue.objects.values_list("name", "team__name", "cohort__name")
+        name: QueueView(name=name, team=team, cohort=cohort, quotas={}, reclaim_within_cohort=ReclaimPolicy(reclaim))
+        for name, team, cohort, reclaim in Queue.objects.values_list(
+            "name", "team__name", "cohort__name", "reclaim_within_cohort"
+        )
     }
     quota_rows = QueueQuota.objects.values_list(
         "queue__name", "flavor__name", "nominal", "borrowing_limit", "lending_limit"

@@ -7,7 +7,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from scheduling import limits
-from scheduling.choices import TopologyLevel, TopologyMode
+from scheduling.choices import ReclaimPolicy, TopologyLevel, TopologyMode
 from scheduling.models import PodSet, Workload, WorkloadTransition
 from scheduling.selectors import checkpoint_advice, workload_placements
 from scheduling.services.specs import IMAGE_REFERENCE
@@ -134,6 +134,10 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
 class QueueUsageSerializer(serializers.Serializer):
     queue = serializers.CharField()
     cohort = serializers.CharField(allow_null=True)
+    reclaim_within_cohort = serializers.ChoiceField(
+        choices=ReclaimPolicy.choices,
+        help_text="Below its nominal quota, whom the queue may preempt among its cohort's borrowers",
+    )
     flavor = serializers.CharField()
     nominal = serializers.IntegerField()
     borrowing_limit = serializers.IntegerField(allow_null=True)

@@ -2,10 +2,11 @@
 
 Rules:
 * only when nothing else places the workload (the round tries that first) and it either
-  may_preempt or reclaims its own nominal quota from queues borrowing in its cohort;
-* victims are preemptible, of lower priority, past their minimum runtime and not preempted
-  within the cooldown; borrowers in the preemptor's cohort go first (RECLAIM_BORROWED), then
-  the least lost work (GPUs x seconds since the last checkpoint or start);
+  may_preempt or reclaims its own nominal quota from queues borrowing in its cohort (Kueue's
+  reclaimWithinCohort, per queue: Never, LowerPriority, or Any borrower whatever its priority);
+* victims are preemptible, past their minimum runtime and not preempted within the cooldown,
+  and of lower priority unless reclaimed under Any; borrowers in the preemptor's cohort go
+  first (RECLAIM_BORROWED), then the least lost work (GPUs x seconds since the last checkpoint or start);
 * victims already stopping for this preemptor count as freeing capacity: if they suffice the
   preemptor waits (WAITING_FOR_PREEMPTION) instead of preempting more;
 * the engine only emits Preempt decisions; the preemptor stays pending, its free GPUs held."""
@@ -19,7 +20,7 @@ from .placement import Need, Placed, flavor_demand
 from .quota import QuotaBook
 from .reasons import Miss
 from .snapshot import Capacity, Change
-from .types import PendingReason, Preempt, PreemptionReason, RunningWorkload, WorkloadSpec
+from .types import PendingReason, Preempt, PreemptionReason, ReclaimPolicy, RunningWorkload, WorkloadSpec
 
 
 class Preemptor:
@@ -139,24 +140,31 @@ class Preemptor:
                 ) -> tuple[list[tuple[RunningWorkload, PreemptionReason]], Placed] | None:
         request = flavor_demand(self.cap, needs)
         quota = self.quota
-        cohort = quota.queues[wl.queue].cohort if wl.queue in quota.queues else None
-        reclaiming = bool(cohort) and quota.within_nominal(wl.queue, request)
+        view = quota.queues.get(wl.queue)
+        cohort = view.cohort if view is not None else None
+        policy = view.reclaim_within_cohort if view is not None else ReclaimPolicy.NEVER
+        reclaiming = bool(cohort) and policy != ReclaimPolicy.NEVER and quota.within_nominal(wl.queue, request)
         if not (wl.may_preempt or reclaiming):
             return None
         candidates = []
         pool = self.eligible if wl.may_preempt else self.borrowers.get(cohort or "", [])
+        # Reclaim with policy Any takes back lent quota whatever the borrower's priority (Kueue).
+        reclaim_any = reclaiming and policy == ReclaimPolicy.ANY and cohort in self.borrowers
         lowest = self.lowest_eligible if wl.may_preempt else self.lowest_borrower.get(cohort or "")
-        if lowest is None or lowest >= wl.priority:
+        if not reclaim_any and (lowest is None or lowest >= wl.priority):
             return None
         for rw in pool:
-            if rw.id in self.victims or rw.priority >= wl.priority or self.protected(rw):
+            if rw.id in self.victims or self.protected(rw):
                 continue
             if not any(f in request for f in rw.flavor_gpus):
                 continue
-            borrower = (cohort is not None and rw.queue != wl.queue
+            borrower = (reclaiming and rw.queue != wl.queue
                         and quota.queues.get(rw.queue) is not None and quota.queues[rw.queue].cohort == cohort
                         and any(rw.borrowed.get(f, 0) > 0 for f in request))
-            if not borrower and not wl.may_preempt:
+            if borrower:
+                if policy == ReclaimPolicy.LOWER_PRIORITY and rw.priority >= wl.priority:
+                    continue
+            elif not wl.may_preempt or rw.priority >= wl.priority:
                 continue
             kind = PreemptionReason.RECLAIM_BORROWED if borrower else PreemptionReason.PRIORITY
             candidates.append((0 if borrower else 1, self.lost_work(rw), rw.priority, rw.id, rw, kind))

@@ -30,6 +30,15 @@ class PendingReason(StrEnum):
     OPPORTUNISTIC_NO_IDLE = "OPPORTUNISTIC_NO_IDLE"
 
 
+class ReclaimPolicy(StrEnum):
+    """Kueue's reclaimWithinCohort: whom a queue below its nominal quota may preempt among the
+    workloads that borrow in its cohort."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    ANY = "Any"
+
+
 class PreemptionReason(StrEnum):
     RECLAIM_BORROWED = "RECLAIM_BORROWED"
     PRIORITY = "PRIORITY"
@@ -79,6 +88,7 @@ class QueueView:
     quotas: dict[str, Quota]  # flavor -> quota
     # flavor -> GPUs held by active workloads (shares count as milli/1000, rounded up)
     usage: dict[str, int] = field(default_factory=dict)
+    reclaim_within_cohort: ReclaimPolicy = ReclaimPolicy.ANY
 
 
 @dataclass(frozen=True, slots=True)

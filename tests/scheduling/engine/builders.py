@@ -19,6 +19,7 @@ from scheduling.engine.types import (
     PreemptionReason,
     QueueView,
     Quota,
+    ReclaimPolicy,
     ReplicaPlacement,
     RoundResult,
     RunningWorkload,
@@ -71,9 +72,10 @@ class SnapshotBuilder:
 
     def queue(self, name: str, quota: int | dict[str, Quota] = 1000, *, cohort: str | None = None,
               flavor: str = "h100", borrowing_limit: int | None = None, lending_limit: int | None = None,
-              usage: dict[str, int] | None = None) -> SnapshotBuilder:
+              usage: dict[str, int] | None = None, reclaim: ReclaimPolicy = ReclaimPolicy.ANY) -> SnapshotBuilder:
         quotas = quota if isinstance(quota, dict) else {flavor: Quota(quota, borrowing_limit, lending_limit)}
-        self._queues[name] = QueueView(name=name, team=name, cohort=cohort, quotas=quotas, usage=dict(usage or {}))
+        self._queues[name] = QueueView(name=name, team=name, cohort=cohort, quotas=quotas, usage=dict(usage or {}),
+                                       reclaim_within_cohort=reclaim)
         return self
 
     def job(self, id: int, name: str, *, queue: str = "q", priority: int = 0, submitted: float | None = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from scheduling.engine import SchedulerConfig
-from scheduling.engine.types import GpuAssignment, PendingReason, PreemptionReason, ReplicaPlacement
+from scheduling.engine.types import GpuAssignment, PendingReason, PreemptionReason, ReclaimPolicy, ReplicaPlacement
 
 from .builders import NOW, Case, SnapshotBuilder, case, run
 
@@ -52,6 +52,16 @@ def reclaim_message(result) -> None:
     assert "reclaims nominal quota" in result.preemptions[0].message
 
 
+def reclaim_peers(policy: ReclaimPolicy, borrower_priority: int, **running: object) -> SnapshotBuilder:
+    """mine (policy `policy`, idle) wants its 8 nominal GPUs back; other borrows n2 at `borrower_priority`."""
+    return (SnapshotBuilder().queue("mine", 8, cohort="c", reclaim=policy).queue("other", 8, cohort="c")
+            .nodes("n1", "n2")
+            .running(10, "other-own", {"n1": ALL}, queue="other", priority=borrower_priority)
+            .running(11, "other-borrowed", {"n2": ALL}, queue="other", priority=borrower_priority, borrowed=8,
+                     **running)  # type: ignore[arg-type]
+            .job(1, "mine", queue="mine", priority=10, gpus=8))
+
+
 HELD = (ReplicaPlacement("main", 0, "n1", tuple(GpuAssignment(i) for i in ALL)),)
 BOUNCED = one_node({"name": "bounced", "preempted_ago": 1000}, dict(URGENT)).build()
 
@@ -93,6 +103,30 @@ CASES = [
          cohort().running(5, "other-big", {"n1": ALL, "n2": ALL}, queue="other", borrowed=8)
          .job(1, "mine", queue="mine", priority=10, gpus=8),
          want_preemptions=[(5, 1, RECLAIM)]),
+    # reclaimWithinCohort (Kueue): a queue below its nominal quota takes back what its cohort borrowed.
+    *(case(f"reclaim_within_cohort_{policy}_{peer}", reclaim_peers(policy, prio),
+           want_preemptions=[(11, 1, RECLAIM)] if takes else [],
+           want_pending={1: WAITING if takes else PendingReason.INSUFFICIENT_CAPACITY})
+      for policy, peer, prio, takes in (
+          (ReclaimPolicy.ANY, "same_priority", 10, True),
+          (ReclaimPolicy.ANY, "higher_priority", 50, True),
+          (ReclaimPolicy.LOWER_PRIORITY, "same_priority", 10, False),
+          (ReclaimPolicy.LOWER_PRIORITY, "lower_priority", 0, True),
+          (ReclaimPolicy.NEVER, "lower_priority", 0, False),
+      )),
+    case("reclaim_never_preempts_a_borrower_that_is_still_protected",
+         reclaim_peers(ReclaimPolicy.ANY, 10, started_ago=100), want_preemptions=[]),
+    # The issue's reproduction: research (nominal 32) borrows 16; evaluation (nominal 32, idle,
+    # same priority) asks for 32 and gets its 16 back from research's borrowed gang.
+    case("an_idle_lender_gets_its_nominal_back_at_equal_priority",
+         SnapshotBuilder().queue("research", 32, cohort="c").queue("evaluation", 32, cohort="c")
+         .nodes("n1", "n2", "n3", "n4", rack="r1").nodes("n5", "n6", "n7", "n8", rack="r2")
+         .running(10, "research-own", {n: ALL for n in ("n1", "n2", "n3", "n4")}, queue="research", priority=10)
+         .running(11, "research-borrowed", {"n5": ALL, "n6": ALL}, queue="research", priority=10, borrowed=16)
+         .job(1, "eval-32", queue="evaluation", priority=10, replicas=4, gpus=8),
+         want_preemptions=[(11, 1, RECLAIM)], want_pending={1: WAITING},
+         want_reservations={1: ["n5", "n6", "n7", "n8"]},
+         check=reclaim_message),
     case("victims_already_stopping_mean_wait_not_more_preemption",
          SnapshotBuilder().queue("q").nodes("n1", "n2")
          .running(10, "stopping", {"n1": ALL}, preempting=True, preemptor=1).running(11, "other", {"n2": ALL})
