@@ -14,3 +14,15 @@ class StrictCharField(serializers.CharField):
         if not isinstance(data, str):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """JSON true or false only: DRF's BooleanField also takes 0, 1, "yes", "on", ... which the
+    schema's `boolean` does not, so `{"confirm": 1}` is a 400 naming the field."""
+
+    default_error_messages = {"invalid": "Must be true or false."}
+
+    def to_internal_value(self, data):
+        if data is True or data is False:
+            return data
+        self.fail("invalid")

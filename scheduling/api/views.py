@@ -6,7 +6,6 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
-from django_filters import rest_framework as filters
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, OpenApiTypes, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -20,9 +19,9 @@ from core.permissions import IsOperator
 from core.roles import may_act_for_team
 from fleet.models import Node
 from scheduling import limits
-from scheduling.choices import WorkloadState
+from scheduling.filtersets import WorkloadFilter
 from scheduling.models import PodSet, Workload
-from scheduling.selectors import queue_positions, queue_usage
+from scheduling.selectors import queue_positions
 from scheduling.services import node_drain, workload_cancel, workload_heartbeat
 from scheduling.services.submission_keys import IdempotencyConflict, workload_submit_once
 
@@ -30,7 +29,6 @@ from .serializers import (
     CancelSerializer,
     DrainSerializer,
     HeartbeatSerializer,
-    QueueUsageSerializer,
     WorkloadDetailSerializer,
     WorkloadListSerializer,
     WorkloadSubmitSerializer,
@@ -65,17 +63,6 @@ def call_service(fn, **kwargs):
         raise ValidationError(detail) from exc
     except DjangoPermissionDenied as exc:
         raise PermissionDenied(str(exc) or None) from exc
-
-
-class WorkloadFilter(filters.FilterSet):
-    team = filters.CharFilter(field_name="team__name")
-    queue = filters.CharFilter(field_name="queue__name")
-    state = filters.MultipleChoiceFilter(choices=WorkloadState.choices)
-    priority_class = filters.CharFilter(field_name="priority_class__name")
-
-    class Meta:
-        model = Workload
-        fields = ["team", "queue", "state", "priority_class"]
 
 
 class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -155,14 +142,6 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             actor=Actor.from_request(request),
         )
         return Response(self._render(WorkloadListSerializer, self.get_queryset().get(pk=workload.pk)))
-
-
-class QueueListView(APIView):
-    """Quota and usage of every queue per flavor: nominal, used, borrowed, lent, pending demand."""
-
-    @extend_schema(responses={200: QueueUsageSerializer(many=True)})
-    def get(self, request):
-        return Response(QueueUsageSerializer(queue_usage(), many=True).data)
 
 
 class NodeDrainView(APIView):

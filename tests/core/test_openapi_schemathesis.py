@@ -31,6 +31,7 @@ schema.app = get_wsgi_application()
 EXISTING = {
     "POST /api/v1/repair-tickets/": {"node": "n1"},
     "POST /api/v1/quota-requests/": {"queue": "research-q", "flavor": FLAVOR},
+    "POST /api/v1/queues/": {"team": "research", "cohort": None},
     "POST /api/v1/workloads/": {"team": "research", "queue": "research-q",
                                 "priority_class": "research-batch"},
 }
@@ -53,6 +54,8 @@ def map_case(context, case):
             case.body.update(_workload_rules_no_schema_states(case.body))
         if _label(case) == "POST /api/v1/quota-requests/":
             case.body.update(_quota_rules_no_schema_states(case.body))
+        if _label(case) == "POST /api/v1/queues/":
+            case.body.update(_queue_rules_no_schema_states(case.body))
     return case
 
 
@@ -95,6 +98,18 @@ def _quota_rules_no_schema_states(body: dict) -> dict:
     if body.get("ends_on") is not None:
         fixed["ends_on"] = (starts_on + dt.timedelta(days=1)).isoformat()
     return fixed
+
+def _queue_rules_no_schema_states(body: dict) -> dict:
+    """What scheduling.services.policy checks across a queue's quotas: flavors that exist, each once
+    (the fixture's fleet has one), a lending limit within the nominal quota."""
+    quotas = body.get("quotas")
+    if not isinstance(quotas, list) or not quotas:
+        return {}
+    quota = {**quotas[0], "flavor": FLAVOR}
+    if quota.get("lending_limit") is not None:
+        quota["lending_limit"] = min(quota["lending_limit"], quota["nominal"])
+    return {"quotas": [quota]}
+
 
 # Fixed, so that the requests schemathesis prepares while collecting carry it too.
 KEY = "fdp_schemathesis-operator-key-0123456789abcdef"

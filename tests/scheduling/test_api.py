@@ -173,7 +173,7 @@ def test_queues_report_nominal_use_borrowing_lending_and_demand(db, team, classe
     submit(client, **training("waiting", 24, priority="eval"))
     run_round(clock)
 
-    rows = {row["queue"]: row for row in client.get("/api/v1/queues/").json()}
+    rows = {row["queue"]: row for row in client.get("/api/v1/queues/usage/").json()}
     product_row = rows["product-q"]
     assert (product_row["nominal"], product_row["used"], product_row["borrowed"], product_row["lent"]) == (8, 16, 8, 0)
     assert (rows["research-q"]["used"], rows["research-q"]["lent"], rows["research-q"]["pending_demand"]) == (0, 8, 24)

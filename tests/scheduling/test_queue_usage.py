@@ -37,7 +37,7 @@ def numbers(row) -> tuple[int, int, int, int]:
 def test_the_queues_page_the_api_and_the_team_page_show_the_same_lent(client, cohort_borrowing, team):
     client.force_login(cohort_borrowing)
     page = {row["queue"]: numbers(row) for row in client.get("/scheduling/queues/").context["usage"]}
-    api = {row["queue"]: numbers(row) for row in api_for(cohort_borrowing).get("/api/v1/queues/").json()}
+    api = {row["queue"]: numbers(row) for row in api_for(cohort_borrowing).get("/api/v1/queues/usage/").json()}
     team_rows = client.get(f"/scheduling/teams/{team.pk}/").context["usage_rows"]
     team_page = {
         r.queue.name: (r.usage.in_use, r.usage.borrowed, r.usage.lent, r.usage.pending_demand) for r in team_rows
