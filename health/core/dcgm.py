@@ -375,24 +375,36 @@ def _comment(line: str, family: str, counter: bool) -> tuple[str, bool]:
 def _parse_fast(text: str, keep: frozenset[str] | None) -> list[DcgmSample]:
     builders: dict[tuple[str, str, str], _Builder] = {}
     blocks: dict[str, _Block] = {}  # this payload's label blocks by their text
-    names: set[str] = set()  # the legacy metric names seen before a "{" (the parser reads them as they are)
+    names: set[str] = set()  # the legacy metric names seen (the parser reads them as they are)
     family, counter = "", False  # the parser's current family ("": none) and whether it is a counter
-    # Store mode: the texts of the blocks whose lines of another family change nothing, and, inside such
-    # a family, "NAME{" of its samples. A line "NAME{block}rest" of both then costs one test.
+    # Store mode: the texts of the blocks whose lines of an unread family change nothing (their GPU has
+    # them, they name no Xid). A line "FAMILY{block}rest" of the current family then costs one test.
     skippable: set[str] = set()
-    skip_prefix = ""
+    prefix, metric, unread = "", "", False  # "FAMILY{", what its samples are read as, whether store mode skips it
     for line in text.split("\n"):  # the parser splits on "\n" only, and strips each line
-        if skip_prefix and line.startswith(skip_prefix):
-            cut, end = len(skip_prefix), line.rfind("}")
-            if end >= cut and line[cut:end] in skippable:
-                continue  # what the per-line test below would skip, found without stripping (whitespace around
-                #           the line is outside "NAME{...}") and without a change of family (NAME is the family)
+        if prefix and line.startswith(prefix):
+            # A sample of the current family (nearly every line). What the general path below does with it,
+            # without stripping (whitespace around the line is outside "FAMILY{...}"), finding the name or
+            # checking it (the family's name is a legacy one), or changing family.
+            cut, end = len(prefix), line.rfind("}")
+            if end >= cut:
+                block_text = line[cut:end]
+                if unread and block_text in skippable:
+                    continue
+                block = blocks.get(block_text)
+                if block is not None:
+                    if unread and (block.key is None or (block.builder is not None and block.xid is None)):
+                        continue  # changes nothing (see below)
+                    _read(builders, block, metric, _value(line[end + 1:].rstrip()), keep)
+                    if keep is not None and (block.key is None or (block.builder is not None and block.xid is None)):
+                        skippable.add(block_text)
+                    continue
         line = line.strip()
         if not line:
             continue
         if line[0] == "#":
             family, counter = _comment(line, family, counter)
-            skip_prefix = family + "{" if keep is not None and family and family not in _KEPT_OR_TOTAL else ""
+            prefix, metric, unread = _family(family, counter, keep)
             continue
         brace, end = line.find("{"), line.rfind("}")
         # A known name before a known block, then no "}": the regex below would cut it the same way.
@@ -401,7 +413,7 @@ def _parse_fast(text: str, keep: frozenset[str] | None) -> list[DcgmSample]:
         name = line[:brace]
         if block is not None and (name in names or _legacy(name, names)):
             if name != family:  # a sample of no current family: an untyped family of its own
-                family, counter, skip_prefix = "", False, ""
+                family, counter, prefix, unread = "", False, "", False
             if keep is not None and name not in _KEPT_OR_TOTAL and (
                     block.key is None or (block.builder is not None and block.xid is None)):
                 continue  # changes nothing: the GPU has this block's labels already and it names no Xid
@@ -410,13 +422,22 @@ def _parse_fast(text: str, keep: frozenset[str] | None) -> list[DcgmSample]:
             name, block, value, block_text = _sample(line, blocks)
             names.add(name)
             if name != family:
-                family, counter, skip_prefix = "", False, ""
+                family, counter, prefix, unread = "", False, "", False
         # prometheus_client names a counter family "X_total" X (and its samples X_total): read them as X.
         _read(builders, block, name[:-6] if counter and name.endswith("_total") else name, value, keep)
         if keep is not None and block_text is not None and (
                 block.key is None or (block.builder is not None and block.xid is None)):
             skippable.add(block_text)
     return [builder.build() for builder in builders.values()]
+
+
+def _family(family: str, counter: bool, keep: frozenset[str] | None) -> tuple[str, str, bool]:
+    """After a comment: "FAMILY{" (its samples' start; "" for none), the name its samples are read as,
+    and whether store mode reads it only for the GPUs and Xids it names."""
+    if not family:
+        return "", "", False
+    metric = family[:-6] if counter and family.endswith("_total") else family
+    return family + "{", metric, keep is not None and family not in _KEPT_OR_TOTAL
 
 
 def _legacy(name: str, names: set[str]) -> bool:

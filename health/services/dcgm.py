@@ -11,9 +11,10 @@ import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import NamedTuple
 
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, transaction
 from django.utils import timezone
 
 from core.actors import Actor
@@ -31,10 +32,37 @@ from .readings import ReadingRow, readings_store
 
 log = logging.getLogger(__name__)
 
-# What matching and storing read of a GPU row (the rest loads on access).
-_GPU_FIELDS = ("id", "uuid", "index", "pci_bus_id", "node")
 _IDS_PER_STATEMENT = 900  # under SQLite's 999 bound parameters of old builds
 _XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
+
+
+class GpuRef(NamedTuple):
+    """What matching and storing read of a GPU row, as the batch path selects it (plain values: a
+    scrape of 800 GPUs built as model instances cost more than its upsert). `bus` is pci_bus_id
+    normalised once per row, not once per reading compared with it."""
+
+    pk: int
+    uuid: str
+    node_id: int
+    index: int
+    pci_bus_id: str
+    bus: str | None
+
+    @classmethod
+    def of(cls, gpu: Gpu) -> GpuRef:
+        return cls(gpu.pk, gpu.uuid, gpu.node_id, gpu.index, gpu.pci_bus_id, _bus(gpu.pci_bus_id))
+
+    def row(self) -> Gpu:
+        """The Gpu row these values are of, without a query (its other fields load on access)."""
+        # from_db takes the selected fields' values in the model's field order: this tuple's first five.
+        return Gpu.from_db(DEFAULT_DB_ALIAS, _REF_FIELDS, self[:5])
+
+
+_REF_FIELDS = ("id", "uuid", "node_id", "index", "pci_bus_id")  # Gpu's concrete field order
+
+
+def _bus(pci_bus_id: str) -> str | None:
+    return normalize_pci_bus_id(pci_bus_id) if pci_bus_id else None
 
 
 @dataclass(eq=False, slots=True)
@@ -42,20 +70,28 @@ class DcgmOutcome:
     """What one exposition did: its readings, the GPU row each matched, rows stored, events and actions."""
 
     readings: list[dcgm.DcgmSample] = field(default_factory=list, repr=False)
-    matched: list[Gpu | None] = field(default_factory=list, repr=False)  # per reading
+    refs: list[GpuRef | None] = field(default_factory=list, repr=False)  # per reading: the GPU it matched
     stored: int = 0
     signals: SignalOutcome = field(default_factory=SignalOutcome)
     refused: list[dict[str, str]] = field(default_factory=list)  # {"uuid", "reason"}: GPUs the node does not own
+    _matched: list[Gpu | None] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def matched(self) -> list[Gpu | None]:
+        """The Gpu row each reading matched (None: none), built on first access (a scrape never asks)."""
+        if self._matched is None:
+            self._matched = [ref and ref.row() for ref in self.refs]
+        return self._matched
 
     @property
     def unmatched(self) -> list[dcgm.DcgmSample]:
-        return [r for r, gpu in zip(self.readings, self.matched, strict=True) if gpu is None]
+        return [r for r, ref in zip(self.readings, self.refs, strict=True) if ref is None]
 
     def dry_run_rows(self) -> list[dict]:
         rows = []
-        for reading, gpu in zip(self.readings, self.matched, strict=True):
+        for reading, ref in zip(self.readings, self.refs, strict=True):
             data = reading.to_json()
-            data["matched_gpu"] = gpu.uuid if gpu else None
+            data["matched_gpu"] = ref.uuid if ref else None
             rows.append(data)
         return rows
 
@@ -92,13 +128,19 @@ def match_gpus(node: Node, readings: Sequence[dcgm.DcgmSample], gpus: Sequence[G
     """By UUID; else by index when the reading's hostname is the node's (or absent). A reading whose
     pci_bus_id is not the bus id of the GPU it names (when that GPU's bus id is known) matches none:
     a UUID and a bus id that disagree say nothing certain about either GPU."""
-    return _match(node, readings, {g.uuid: g for g in gpus}, {g.index: g for g in gpus})
+    rows = {g.pk: g for g in gpus}
+    refs = [GpuRef.of(g) for g in gpus]
+    return [ref and rows[ref.pk] for ref in _match(node, readings, *_lookups(refs))]
 
 
-def _match(node: Node, readings: Sequence[dcgm.DcgmSample], by_uuid: dict[str, Gpu],
-           by_index: dict[int, Gpu]) -> list[Gpu | None]:
+def _lookups(refs: Sequence[GpuRef]) -> tuple[dict[str, GpuRef], dict[int, GpuRef]]:
+    return {g.uuid: g for g in refs}, {g.index: g for g in refs}
+
+
+def _match(node: Node, readings: Sequence[dcgm.DcgmSample], by_uuid: dict[str, GpuRef],
+           by_index: dict[int, GpuRef]) -> list[GpuRef | None]:
     names = {node.name, node.hostname} - {""}
-    out: list[Gpu | None] = []
+    out: list[GpuRef | None] = []
     for reading in readings:
         gpu = by_uuid.get(reading.uuid or "")
         if gpu is None and reading.uuid is None and reading.gpu_index is not None:
@@ -108,21 +150,20 @@ def _match(node: Node, readings: Sequence[dcgm.DcgmSample], by_uuid: dict[str, G
     return out
 
 
-def _bus_conflict(reading: dcgm.DcgmSample, gpu: Gpu) -> bool:
+def _bus_conflict(reading: dcgm.DcgmSample, gpu: GpuRef) -> bool:
     """The reading names a bus id and the GPU's is known, and they differ."""
-    known = normalize_pci_bus_id(gpu.pci_bus_id) if gpu.pci_bus_id else None
-    return reading.pci_bus_id is not None and known is not None and reading.pci_bus_id != known
+    return reading.pci_bus_id is not None and gpu.bus is not None and reading.pci_bus_id != gpu.bus
 
 
-def _refusals(readings: Sequence[dcgm.DcgmSample], matched: Sequence[Gpu | None],
-              gpus: Sequence[Gpu]) -> dict[int, tuple[str, str]]:
+def _refusals(readings: Sequence[dcgm.DcgmSample], matched: Sequence[GpuRef | None],
+              gpus: Sequence[GpuRef]) -> dict[int, tuple[str, str]]:
     """Position -> (GPU UUID, reason) of each reading refused for the GPU it names: a UUID the node
     does not own (reason "" here: _refuse names the owner), or a bus id that is not that GPU's."""
     if all(gpu is not None for gpu in matched):
         return {}  # nearly every scrape: nothing to look up
     by_uuid = {g.uuid: g for g in gpus}
     by_index = {g.index: g for g in gpus}
-    by_bus = {normalize_pci_bus_id(g.pci_bus_id): g for g in gpus if g.pci_bus_id}
+    by_bus = {g.bus: g for g in gpus if g.pci_bus_id}
     out: dict[int, tuple[str, str]] = {}
     for i, (reading, gpu) in enumerate(zip(readings, matched, strict=True)):
         if gpu is not None:
@@ -132,13 +173,13 @@ def _refusals(readings: Sequence[dcgm.DcgmSample], matched: Sequence[Gpu | None]
             other = by_bus.get(reading.pci_bus_id)
             whose = f"GPU {other.uuid}'s (index {other.index})" if other else "no GPU's of this node"
             out[i] = (named.uuid, f"PCI bus id {reading.pci_bus_id} is {whose}, not this GPU's "
-                                  f"({normalize_pci_bus_id(named.pci_bus_id)})")
+                                  f"({named.bus})")
         elif reading.uuid:
             out[i] = (reading.uuid, "")
     return out
 
 
-def _rows(readings: Sequence[dcgm.DcgmSample], matched: Sequence[Gpu | None]) -> list[ReadingRow]:
+def _rows(readings: Sequence[dcgm.DcgmSample], matched: Sequence[GpuRef | None]) -> list[ReadingRow]:
     """The stored rows of the matched readings: the one way a DCGM reading becomes a row."""
     return [
         ReadingRow(
@@ -154,7 +195,7 @@ def _rows(readings: Sequence[dcgm.DcgmSample], matched: Sequence[Gpu | None]) ->
     ]
 
 
-def dcgm_signals(node: Node, readings: Sequence[dcgm.DcgmSample], matched: Sequence[Gpu | None],
+def dcgm_signals(node: Node, readings: Sequence[dcgm.DcgmSample], matched: Sequence[Gpu | GpuRef | None],
                  refused: Collection[int] = ()) -> list:
     """The policy's signals of the matched readings; `refused` (positions) are never acted on."""
     signals = []
@@ -188,7 +229,8 @@ def dcgm_ingest(
     Raises ValidationError (nothing stored) for text that is not an exposition."""
     readings = dcgm_parse(text, all_metrics=dry_run)  # a dry run shows every metric
     if dry_run:
-        return DcgmOutcome(readings=readings, matched=match_gpus(node, readings, list(Gpu.objects.filter(node=node))))
+        refs = [GpuRef.of(g) for g in Gpu.objects.filter(node=node)]
+        return DcgmOutcome(readings=readings, refs=_match(node, readings, *_lookups(refs)))
     (result,) = _ingest_parsed([(node, readings)], now=now or timezone.now(), actor=actor)
     if isinstance(result, Exception):
         raise result
@@ -255,11 +297,12 @@ def _ingest_alone(node: Node, readings: list[dcgm.DcgmSample], *, actor: Actor, 
     with transaction.atomic():
         node = Node.objects.select_for_update().get(pk=node.pk)
         gpus = list(Gpu.objects.filter(node=node))
-        matched = match_gpus(node, readings, gpus)
-        outcome = DcgmOutcome(readings=readings, matched=matched)
+        refs = [GpuRef.of(g) for g in gpus]
+        matched = _match(node, readings, *_lookups(refs))
+        outcome = DcgmOutcome(readings=readings, refs=matched)
         outcome.stored = readings_store(rows=_rows(readings, matched), source=EventSource.DCGM, now=now)
         node_seen(node=node, now=now)
-        refusals = _refusals(readings, matched, gpus)
+        refusals = _refusals(readings, matched, refs)
         outcome.refused = _refuse(node, refusals, now=now)
         signals = dcgm_signals(node, readings, matched, refusals) if _faulty(readings) else []
         if signals:
@@ -294,6 +337,13 @@ def _ingest_healthy(items: Sequence[tuple[Node, list[dcgm.DcgmSample]]], *, now:
     """Store healthy readings of many nodes in one transaction; None for a node that is missing,
     `unknown` or names a GPU it does not own (touched by nothing here: the caller sends it down the locked path)."""
     with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # Asynchronous commit for this transaction only: it holds nothing but the batch's latest
+            # readings, minute rows and heartbeats, which the next scrape (15 s) writes again, so a
+            # server crash may lose at most its last ~0.6 s of them (never half of one: the database
+            # stays consistent), and the worker does not wait for the WAL flush (~15-25 ms a batch here).
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
         live = nodes_heartbeat_record(pks=sorted({node.pk for node, _ in items}), at=now)
         gpus_of = _nodes_gpus(live)
         outcomes: list[DcgmOutcome | None] = []
@@ -309,17 +359,19 @@ def _ingest_healthy(items: Sequence[tuple[Node, list[dcgm.DcgmSample]]], *, now:
                 continue
             node_rows = _rows(readings, matched)
             rows += node_rows
-            outcomes.append(DcgmOutcome(readings=readings, matched=matched, stored=len(node_rows)))
+            outcomes.append(DcgmOutcome(readings=readings, refs=matched, stored=len(node_rows)))
         readings_store(rows=rows, source=EventSource.DCGM, now=now)
     return outcomes
 
 
-def _nodes_gpus(pks: set[int]) -> dict[int, tuple[dict[str, Gpu], dict[int, Gpu]]]:
+def _nodes_gpus(pks: set[int]) -> dict[int, tuple[dict[str, GpuRef], dict[int, GpuRef]]]:
     """The nodes' GPUs by node id, by UUID and by index as matching looks them up."""
-    by_node: dict[int, tuple[dict[str, Gpu], dict[int, Gpu]]] = {}
+    by_node: dict[int, tuple[dict[str, GpuRef], dict[int, GpuRef]]] = {}
     ids = sorted(pks)
     for start in range(0, len(ids), _IDS_PER_STATEMENT):
-        for gpu in Gpu.objects.filter(node_id__in=ids[start:start + _IDS_PER_STATEMENT]).only(*_GPU_FIELDS).order_by():
-            by_uuid, by_index = by_node.setdefault(gpu.node_id, ({}, {}))
-            by_uuid[gpu.uuid] = by_index[gpu.index] = gpu
+        chunk = Gpu.objects.filter(node_id__in=ids[start:start + _IDS_PER_STATEMENT]).order_by()
+        for pk, uuid, node_id, index, pci_bus_id in chunk.values_list(*_REF_FIELDS):
+            gpu = GpuRef(pk, uuid, node_id, index, pci_bus_id, _bus(pci_bus_id))
+            by_uuid, by_index = by_node.setdefault(node_id, ({}, {}))
+            by_uuid[uuid] = by_index[index] = gpu
     return by_node

@@ -12,9 +12,10 @@ from django.test.utils import CaptureQueriesContext
 
 from fleet.choices import NodeState
 from fleet.models import Gpu, GpuFlavor, Node, Rack
+from fleet.services import GpuWanted, Retire, gpus_reconcile
 from health.choices import EventKind
 from health.models import GpuReading, GpuReadingMinute, HealthEvent
-from health.services import DcgmOutcome, dcgm_ingest, dcgm_ingest_many
+from health.services import HEALTH_ACTOR, DcgmOutcome, dcgm_ingest, dcgm_ingest_many
 from health.services import dcgm as dcgm_services
 
 T0 = datetime(2026, 5, 7, 9, 0, 5, tzinfo=UTC)
@@ -71,9 +72,10 @@ def test_a_batch_stores_the_rows_per_node_ingest_stores_in_four_statements(nodes
     assert stored() == one_by_one
     # The verb of each statement (Django logs an executemany as "<n> times: <sql>").
     statements = [re.sub(r"^\d+ times: ", "", q["sql"]).split()[0].upper() for q in queries.captured_queries]
-    # SQLite updates the latest rows by their key (all there); PostgreSQL upserts them, and locks with WITH locked.
+    # SQLite updates the latest rows by their key (all there); PostgreSQL upserts them, and locks with WITH locked
+    # (after SET LOCAL synchronous_commit: the batch commits without waiting for the WAL flush).
     assert [s for s in statements if s not in ("SAVEPOINT", "RELEASE")] in (
-        ["UPDATE", "SELECT", "UPDATE", "INSERT"], ["WITH", "SELECT", "INSERT", "INSERT"])
+        ["UPDATE", "SELECT", "UPDATE", "INSERT"], ["SET", "WITH", "SELECT", "INSERT", "INSERT"])
 
 
 def test_the_same_batch_twice_is_idempotent(nodes):
@@ -148,3 +150,30 @@ def test_the_batch_path_on_postgresql(require_postgres, nodes):
     assert [r.stored for r in results] == [2, 2, 2, 2]
     assert Node.objects.get(pk=nodes[0].pk).state == NodeState.READY
     assert Node.objects.filter(last_heartbeat=T0).count() == 4
+
+
+BOARD = {"product": "H100", "memory_mib": 81559}
+
+
+def test_a_board_replaced_between_scrapes_gets_the_next_readings_of_its_slot(nodes):
+    """Slot 1 of m0 gets a new board (the agent's reconcile, as on a repair): the next scrape's reading
+    of the slot lands on the new board's row, and a reading naming the old board never on the new one's."""
+    dcgm_ingest_many(scrapes(nodes[:2], 40.0), now=T0)
+    old = Gpu.objects.get(uuid="GPU-0-1")
+    boards = [GpuWanted(uuid="GPU-0-0", index=0), GpuWanted(uuid="GPU-new", index=1, fields=BOARD)]
+    gpus_reconcile(wanted=[(nodes[0], boards)], actor=HEALTH_ACTOR, reason="board swap", retire=Retire.KEEP)
+    new = Gpu.objects.get(uuid="GPU-new")
+    assert new.index == 1 and Gpu.objects.get(pk=old.pk).index != 1
+
+    swapped = exposition(0, 50.0).replace('UUID="GPU-0-1"', 'UUID="GPU-new"')
+    results = dcgm_ingest_many([(nodes[0], swapped), (nodes[1], exposition(1, 51.0))],
+                               now=T0 + timedelta(seconds=15))
+    assert [[g and g.uuid for g in r.matched] for r in results] == [["GPU-0-0", "GPU-new"], ["GPU-1-0", "GPU-1-1"]]
+    assert GpuReading.objects.get(gpu=new).temperature_c == 50.0
+    assert GpuReading.objects.get(gpu=old).temperature_c == 40.0  # the pulled board keeps its last reading
+
+    # A payload still naming the pulled board (kept on the node, out of its slot) is that board's reading.
+    (stale,) = dcgm_ingest_many([(nodes[0], exposition(0, 60.0))], now=T0 + timedelta(seconds=30))
+    assert [g and g.uuid for g in stale.matched] == ["GPU-0-0", "GPU-0-1"]
+    assert GpuReading.objects.get(gpu=old).temperature_c == 60.0
+    assert GpuReading.objects.get(gpu=new).temperature_c == 50.0

@@ -70,9 +70,9 @@ def test_a_healthy_scrape_runs_a_handful_of_statements_and_no_policy(node, monke
         outcome = dcgm_ingest(node=node, text=exposition(41), now=T0 + timedelta(seconds=15))
     # The verb of each statement (Django logs an executemany as "<n> times: <sql>").
     statements = [re.sub(r"^\d+ times: ", "", q["sql"]).split()[0].upper() for q in queries.captured_queries]
-    # node touch (PostgreSQL: WITH locked ... UPDATE), GPUs, readings update (SQLite; an upsert on
-    # PostgreSQL), minute insert (the transaction shows as savepoints in a test)
-    expected = (["WITH", "SELECT", "INSERT", "INSERT"] if connection.vendor == "postgresql"
+    # node touch (PostgreSQL: WITH locked ... UPDATE, after SET LOCAL synchronous_commit), GPUs, readings
+    # update (SQLite; an upsert on PostgreSQL), minute insert (the transaction shows as savepoints in a test)
+    expected = (["SET", "WITH", "SELECT", "INSERT", "INSERT"] if connection.vendor == "postgresql"
                 else ["UPDATE", "SELECT", "UPDATE", "INSERT"])
     assert [s for s in statements if s not in ("SAVEPOINT", "RELEASE")] == expected
     assert outcome.stored == 2 and outcome.unmatched == []
