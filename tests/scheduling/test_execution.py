@@ -157,16 +157,14 @@ def test_the_placement_round_command_prints_its_decisions(research_queue, capsys
     assert "pending" in out and "1 admitted" in out
 
 
-def test_a_burst_of_submissions_and_a_finish_each_trigger_one_debounced_round(
+def test_requests_share_the_queued_round_until_it_starts_then_queue_the_next(
     research_queue, settings, monkeypatch, django_capture_on_commit_callbacks
 ):
-    from django.core.cache import cache
-
     from scheduling import tasks
     from scheduling.services import round_requests
 
-    settings.REDIS_URL = ""  # the debounce falls back to the shared Django cache
-    cache.delete(round_requests.DEBOUNCE_KEY)
+    settings.REDIS_URL = ""  # the mark falls back to the shared Django cache
+    round_requests.round_request_taken()
     sent: list[dict] = []
     monkeypatch.setattr(tasks.placement_round_task, "apply_async", lambda **kw: sent.append(kw))
     ops = Actor.automation("test")
@@ -176,10 +174,16 @@ def test_a_burst_of_submissions_and_a_finish_each_trigger_one_debounced_round(
         workload_submit(spec=training("c", 8), actor=ops)
     assert len(sent) == 1 and sent[0]["countdown"] == round_requests.DEBOUNCE_SECONDS
 
-    cache.delete(round_requests.DEBOUNCE_KEY)  # the debounce window has passed
+    # The queued round runs (as the worker does): it admits what the burst submitted, and a
+    # change after it started queues the next round at once, with no window to wait out.
+    tasks.placement_round_task()
+    assert Workload.objects.get(pk=first.pk).state == WorkloadState.RUNNING
     with django_capture_on_commit_callbacks(execute=True):
         workload_cancel(workload=first, actor=ops)
     assert len(sent) == 2
+    with django_capture_on_commit_callbacks(execute=True):
+        workload_submit(spec=training("d", 8), actor=ops)
+    assert len(sent) == 2  # shares the round the cancel queued, which has not started
 
 
 def test_beat_runs_a_placement_round_every_two_seconds_by_default(settings):
