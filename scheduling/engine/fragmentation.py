@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from scheduling.engine.types import WHOLE, NodeView, PodSetSpec
@@ -151,28 +151,6 @@ class TypicalMix:
             chosen.append((demand, n))
             cumulative += n
         return cls(chosen)
-
-    def model_pressure(self, capacity: Mapping[str, int]) -> dict[str, float]:
-        """How sought-after each GPU model is by shapes restricted to a few models.
-
-        The GPU demand of every constrained shape is spread evenly over the models it
-        accepts that exist in `capacity` (model -> GPUs); a model's pressure is its share
-        of that demand divided by its share of the fleet (0 when nothing insists on it).
-        Placing flexible work on high-pressure models starves the pods that need them."""
-        fleet = sum(capacity.values())
-        wanted: dict[str, float] = dict.fromkeys(capacity, 0.0)
-        for d, n in self.entries:
-            usable = [m for m in d.models if capacity.get(m)]
-            if d.gpu_milli and usable:
-                for m in usable:
-                    wanted[m] += n * d.total_gpu_milli / len(usable)
-        demand = sum(n * d.total_gpu_milli for d, n in self.entries) or 1
-        return {m: (wanted[m] / demand) / (capacity[m] / fleet) if capacity[m] else 0.0 for m in capacity}
-
-    def cpu_per_gpu_milli(self) -> float:
-        """Milli-CPU the mix's GPU shapes ask per milli-GPU (0.0 when the mix has no GPU shapes)."""
-        gpu = sum(n * d.total_gpu_milli for d, n in self.entries if d.gpu_milli)
-        return sum(n * d.cpu_milli for d, n in self.entries if d.gpu_milli) / gpu if gpu else 0.0
 
     def _view(self, model: str) -> _ModelView:
         view = self._views.get(model)

@@ -198,7 +198,8 @@ def _whole_pool(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> lis
 
 def least_fragmenting_whole(cap: Capacity, fx: FlavorIndex, need: Need, where: Where, scorer: FragmentationScorer
                             ) -> tuple[NodeCapacity, tuple[GpuAssignment, ...]] | None:
-    """The node and GPUs whose use removes the most fragmentation (in STEP units); ties by
+    """The node and GPUs whose use removes the most fragmentation net of its cost (stranded
+    GPUs, model pressure; in STEP units); ties by
     best fit: fewest whole free GPUs, then a node whose free GPUs hold the replica in one
     NVLink group, then node order."""
     g = need.gpus
@@ -206,7 +207,7 @@ def least_fragmenting_whole(cap: Capacity, fx: FlavorIndex, need: Need, where: W
     choice: tuple[NodeCapacity, tuple[int, ...]] | None = None
     for node in _whole_pool(cap, fx, need, where):
         delta, gpus = scorer.whole_gpus(node, g, need.cpu, pick_gpus)
-        step = scorer.step(delta)
+        step = scorer.step(delta - scorer.cost(node, g * WHOLE, need.cpu, need.mem))
         if best is not None and (step, -node.whole) < best[:2]:
             continue  # the NVLink tie-break below is only worth computing for a contender
         key = (step, -node.whole, 1 if g == 1 or _group_fits(node, g) else 0, -node.rank)
@@ -219,7 +220,8 @@ def least_fragmenting_whole(cap: Capacity, fx: FlavorIndex, need: Need, where: W
 
 def least_fragmenting_share(cap: Capacity, fx: FlavorIndex, need: Need, where: Where, scorer: FragmentationScorer
                             ) -> tuple[NodeCapacity, tuple[GpuAssignment, ...]] | None:
-    """The shareable GPU whose share removes the most fragmentation (in STEP units); ties by
+    """The shareable GPU whose share removes the most fragmentation net of its cost (in STEP
+    units); ties by
     best fit: least free milli left, then node order, then GPU index. Looks at a few GPUs of
     each of the lowest free levels that hold the share, and at empty shareable GPUs."""
     shares = fx.shares
@@ -239,6 +241,7 @@ def least_fragmenting_share(cap: Capacity, fx: FlavorIndex, need: Need, where: W
                 continue
             taken += 1
             delta = scorer.delta(node, (GpuAssignment(gi, need.milli),), need.cpu)
+            delta -= scorer.cost(node, need.milli, need.cpu, need.mem)
             key = (scorer.step(delta), -level, -rank, -gi)
             if best is None or key > best:
                 best, choice = key, (node, gi)

@@ -17,7 +17,17 @@ What the live engine adds to the replay's fleetdeck mix:
   the shares the mix expects.
 * GPU models: a shape's flavor and accepted products name the (flavor, product) pairs of the
   fleet it may use; a node is judged only by the shapes that may run on it.
-Memory is checked for fit (Where.allows) but not scored: the FGD objective is GPU capacity.
+
+What a placement costs beyond fragmentation (`cost`, in the same milli-GPU), as the replay
+measured on the openb trace (bench/replay_openb.py), which runs this scorer:
+* stranding: idle GPUs that the node's free CPU or memory can no longer feed at the mix's CPU
+  and memory per milli-GPU (capped at the node's own ratio, so a node built lean on CPU is not
+  stranded while empty). FGD only asks whether one replica of each shape still fits, so
+  CPU-hungry work drains GPU-dense nodes and leaves their last GPUs idle; with this, CPU-heavy
+  replicas go where CPU is to spare and lean ones fill the GPUs of CPU-tight nodes. Nodes that
+  do not report CPU or memory strand nothing;
+* model pressure: the mix's demand that insists on a GPU model, per GPU of that model, relative
+  to the fleet; flexible work pays it, so scarce models stay with the replicas that need them.
 
 Only a few nodes are scored per decision: up to BUCKET_CANDIDATES from each best-fit bucket
 (nodes with k whole free GPUs), and for a share up to SHARE_PER_LEVEL GPUs from each of the
@@ -26,11 +36,11 @@ capacity: a node is re-scored only when it changes, and identical nodes are scor
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .fragmentation import Demand, TypicalMix
+from .fragmentation import Demand, TypicalMix, stranded_milli
 from .snapshot import NodeCapacity
 from .types import WHOLE, GpuAssignment, PodSetShape
 
@@ -39,6 +49,8 @@ BUCKET_CANDIDATES = 8
 SHARE_LEVELS = 24
 SHARE_PER_LEVEL = 4
 UNTRACKED_CPU = 1 << 40  # a node that does not report CPU never runs out of it
+STRAND_WEIGHT = 1.0  # one stranded milli-GPU costs as much as one fragmented milli-GPU
+PRESSURE_WEIGHT = 1.0  # per placed milli-GPU and unit of model pressure
 
 
 def model_key(flavor: str, product: str) -> str:
@@ -64,6 +76,8 @@ class FragmentationScorer:
         fleet = {(n.flavor, n.product) for n in nodes}
         shares: Counter[Demand] = Counter()
         wholes: Counter[Demand] = Counter()
+        host_only = 0  # CPU-only replicas (the replay's; live pod sets always ask for a GPU)
+        gpu_milli = cpu = mem = 0  # of the GPU shapes, for the CPU and memory per milli-GPU
         for shape, count in mix:
             if count <= 0:
                 continue
@@ -75,11 +89,24 @@ class FragmentationScorer:
             if not allowed:
                 continue  # nothing in the fleet can run it: no room to keep for it
             models = frozenset() if len(allowed) == len(fleet) else frozenset(allowed)
+            if shape.gpus == 0 and shape.milli is None:
+                host_only += count
+                continue
             if shape.milli is not None and shape.milli < WHOLE and shape.gpus <= 1:
-                shares[Demand(shape.cpu_millicores, 1, max(1, shape.milli), models)] += count
+                d = Demand(shape.cpu_millicores, 1, max(1, shape.milli), models)
+                shares[d] += count
             else:
-                wholes[Demand(shape.cpu_millicores, max(1, shape.gpus), WHOLE, models)] += count
-        self.weight = sum(shares.values()) + sum(wholes.values())
+                d = Demand(shape.cpu_millicores, max(1, shape.gpus), WHOLE, models)
+                wholes[d] += count
+            gpu_milli += count * d.total_gpu_milli
+            cpu += count * shape.cpu_millicores
+            mem += count * shape.memory_mib
+        self.weight = sum(shares.values()) + sum(wholes.values()) + host_only
+        # Every idle milli-GPU is a fragment to a CPU-only shape (FGD's reading).
+        self._host_only = host_only
+        self._cpu_per_milli = cpu / gpu_milli if gpu_milli else 0.0
+        self._mem_per_milli = mem / gpu_milli if gpu_milli else 0.0
+        self._pressure = _model_pressure(shares + wholes, nodes)
         self._wholes = tuple(wholes.items())
         self._share_mix = _fleetdeck_mix(shares.items())
         # Weight of the share shapes each model may run: what a GPU unusable for shares costs.
@@ -125,7 +152,7 @@ class FragmentationScorer:
     def fragmentation(self, lay: _Layout, free: Sequence[int], cpu: int) -> int:
         """Weighted fragmented milli-GPU of a node whose GPUs have `free` milli and `cpu` left."""
         usable = [f if ok and f > 0 else 0 for f, ok in zip(free, lay.usable, strict=True)]
-        total = 0
+        total = self._host_only * sum(usable)
         if self._share_mix is not None:
             slots: list[int] = []
             closed = 0
@@ -146,16 +173,20 @@ class FragmentationScorer:
         return total
 
     # -- placements ------------------------------------------------------------------------------
-    def _state(self, node: NodeCapacity) -> tuple[_Layout, int, dict[tuple, Any]]:
-        """The node's layout, its fragmentation now, and the scores of placements on it.
-
-        Keyed by layout and free capacity, so identical nodes share one entry and a node that
-        changes finds the entry of its new state (or its old one again after an undo)."""
+    def _layout_id(self, node: NodeCapacity) -> int:
         lid = self._layout_ids.get(node.rank)
         if lid is None:
             lay = self.layout(node)
             lid = self._layout_ids[node.rank] = self._interned.setdefault(lay, len(self._interned))
             self._by_id[lid] = lay
+        return lid
+
+    def _state(self, node: NodeCapacity) -> tuple[_Layout, int, dict[tuple, Any]]:
+        """The node's layout, its fragmentation now, and the scores of placements on it.
+
+        Keyed by layout and free capacity, so identical nodes share one entry and a node that
+        changes finds the entry of its new state (or its old one again after an undo)."""
+        lid = self._layout_id(node)
         cpu = node.cpu if node.track_cpu else UNTRACKED_CPU
         key = (lid, cpu, *node.free)
         hit = self._states.get(key)
@@ -176,6 +207,25 @@ class FragmentationScorer:
             left = (node.cpu if node.track_cpu else UNTRACKED_CPU) - cpu
             got = scores[key] = before - self.fragmentation(lay, free, left)
         return got
+
+    def cost(self, node: NodeCapacity, milli: int, cpu: int, mem: int) -> int:
+        """Weighted milli-GPU that taking `milli` GPU, `cpu` and `mem` on `node` costs beyond
+        fragmentation: GPUs it strands (negative: frees) plus the pressure on its GPU model."""
+        lay = self._by_id[self._layout_id(node)]
+        value = PRESSURE_WEIGHT * milli * self._pressure.get(lay.model, 0.0)
+        cpu_ratio = self._cpu_per_milli if node.track_cpu else 0.0
+        mem_ratio = self._mem_per_milli if node.track_mem else 0.0
+        if cpu_ratio or mem_ratio:
+            usable = sum(f for f, ok in zip(node.free, lay.usable, strict=True) if ok and f > 0)
+            capacity = WHOLE * sum(lay.usable)
+            if capacity:
+                cpu_ratio = min(cpu_ratio, node.cpu_total / capacity)
+                mem_ratio = min(mem_ratio, node.mem_total / capacity)
+                before = stranded_milli(usable, node.cpu, node.mem, cpu_per_milli=cpu_ratio, mem_per_milli=mem_ratio)
+                after = stranded_milli(usable - milli, node.cpu - cpu, node.mem - mem,
+                                       cpu_per_milli=cpu_ratio, mem_per_milli=mem_ratio)
+                value += STRAND_WEIGHT * (after - before)
+        return round(value * self.weight)
 
     def step(self, delta: int) -> int:
         """`delta` in steps of STEP milli-GPU of expected fragmentation, rounded half up."""
@@ -203,6 +253,27 @@ class FragmentationScorer:
                     best, best_delta = tuple(free[:g]), d
         got = scores[key] = (best_delta, best)
         return got
+
+
+def _model_pressure(demands: Mapping[Demand, int], nodes: Sequence[NodeCapacity]) -> dict[str, float]:
+    """Per GPU model (model_key), the mix's GPU demand that insists on it (spread evenly over
+    the models a shape accepts) as a share of all GPU demand, over the model's share of the
+    fleet's GPUs: 0 where nothing insists on the model, above 1 where it is sought after."""
+    capacity: dict[str, int] = {}
+    for n in nodes:
+        if n.size:
+            key = model_key(n.flavor, n.product)
+            capacity[key] = capacity.get(key, 0) + n.size
+    fleet = sum(capacity.values())
+    demand = sum(n * d.total_gpu_milli for d, n in demands.items())
+    wanted: dict[str, float] = {}
+    for d, n in demands.items():
+        usable = [m for m in d.models if capacity.get(m)]
+        for m in usable:
+            wanted[m] = wanted.get(m, 0.0) + n * d.total_gpu_milli / len(usable)
+    if not demand:
+        return {}
+    return {m: (w / demand) / (capacity[m] / fleet) for m, w in wanted.items()}
 
 
 def _fleetdeck_mix(entries: Iterable[tuple[Demand, int]]) -> TypicalMix | None:

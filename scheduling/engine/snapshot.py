@@ -24,6 +24,7 @@ class NodeCapacity:
     __slots__ = (
         "name", "rank", "rack", "spine", "flavor", "product", "schedulable", "reason",
         "free", "healthy", "group", "shareable", "mig", "whole", "cpu", "mem", "track_cpu", "track_mem",
+        "cpu_total", "mem_total",
     )
 
     def __init__(self, view: NodeView, rank: int) -> None:
@@ -47,6 +48,9 @@ class NodeCapacity:
         self.track_mem = view.memory_total_mib > 0
         self.cpu = view.cpu_free_millicores
         self.mem = view.memory_free_mib
+        # Totals: scoring judges what a node's free CPU and memory can still feed (scoring.py).
+        self.cpu_total = view.cpu_total_millicores
+        self.mem_total = view.memory_total_mib
 
     @property
     def size(self) -> int:

@@ -8,11 +8,15 @@ their integer truncation, because ties decide a lot of placements.
 from __future__ import annotations
 
 import random
+import statistics
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from scheduling.engine.fragmentation import TypicalMix, fgd_node_score, stranded_milli
-from scheduling.engine.types import WHOLE
+from scheduling.engine.fragmentation import Demand, TypicalMix, fgd_node_score
+from scheduling.engine.placement import Where, need_of, place_pod_set
+from scheduling.engine.scoring import FragmentationScorer
+from scheduling.engine.snapshot import Capacity, Change
+from scheduling.engine.types import WHOLE, GpuView, NodeView, PodSetShape, PodSetSpec
 from scheduling.replay.cluster import Cluster, Node, affinity_tag
 from scheduling.replay.trace import PodSpec
 
@@ -27,7 +31,7 @@ class Policy(ABC):
 
     name = ""
 
-    def __init__(self, cluster: Cluster, *, seed: int, mix: TypicalMix) -> None:
+    def __init__(self, cluster: Cluster, *, seed: int, mix: TypicalMix, pods: Sequence[PodSpec] = ()) -> None:
         self.cluster = cluster
         self.rng = random.Random(seed)
         self.mix = mix
@@ -246,94 +250,89 @@ class FgdPolicy(FragmentationPolicy):
         return None if best is None else (best, best_gpus)
 
 
-class FleetdeckPolicy(FragmentationPolicy):
-    """Ours: FGD's expected-fragmentation objective, made aware of GPU-model scarcity and of
-    GPUs that CPU or memory leave stranded.
+class FleetdeckPolicy(Policy):
+    """The live engine's placement: each pod goes through scheduling.engine.placement with
+    the round's FragmentationScorer (scheduling.engine.scoring), on an engine Capacity kept
+    beside the replay's fleet, so the openb numbers are the product's.
 
-    Five changes to FGD, each measured on the openb replay (bench/replay_openb.py):
-    - a node is judged only by the typical shapes allowed on its GPU model (FGD also counts
-      shapes that can never run there, which makes rare models look cheap to fill);
-    - a share shape counts as usable only what repeated copies of it can take (whole
-      multiples of its size per GPU, as many as the node's CPU allows), so leftovers like
-      the 60 milli after two 470s and CPU that runs out before the GPUs do are fragments;
-    - a placement pays for the idle GPU milli it strands: GPUs the node's free CPU or memory
-      can no longer feed at the typical CPU and memory per milli-GPU (capped at the node's
-      own ratio, so a node built lean on CPU is not stranded while empty). FGD only asks
-      whether one pod of each shape still fits, so CPU-hungry pods drain GPU-dense nodes
-      and leave their last GPUs idle; with this, CPU-only and CPU-heavy pods go where CPU
-      is to spare and lean pods fill the GPUs of CPU-tight nodes. One stranded milli costs
-      as much as one fragmented milli;
-    - a placement pays for the pressure on its GPU model (constrained demand per GPU,
-      relative to the fleet), so flexible pods leave scarce models to the pods that need them;
-    - the change is ranked on a linear scale in steps of STEP milli-GPU instead of FGD's
-      truncated sigmoid, which saturates on large changes; equal steps prefer nodes that
-      already run pods, then the fixed node order (first fit among equals).
-
-    The CPU ratio comes from the typical mix; the mix has no memory, so the memory ratio is
-    learned from the GPU pods that arrived so far (this one included), re-estimated when
-    their count reaches a power of two and every MEMORY_REFRESH pods after that.
-    """
+    The trace maps onto the engine as the fleet's one flavor, its GPU models the flavor's
+    products (every GPU shareable), a pod's gpu_spec its accepted products, the node order
+    the artifact's seeded one (node names are the seeded ranks), and the typical mix the
+    trace's own shapes (FGD's 95 %), each with the mean memory of its pods. The engine has
+    no CPU-only pod sets; a CPU-only pod goes to the node where the same scorer rates it
+    best, ties as the engine breaks them (fewest whole free GPUs, then node order)."""
 
     name = "fleetdeck"
-    STEP = 200  # milli-GPU of expected fragmentation per score step
-    PRESSURE_WEIGHT = 1.0
-    STRAND_WEIGHT = 1.0
-    MEMORY_REFRESH = 1024
+    FLAVOR = "openb"
 
-    def __init__(self, cluster: Cluster, *, seed: int, mix: TypicalMix) -> None:
-        super().__init__(cluster, seed=seed, mix=mix.without_inaccessible().packing_shares())
-        capacity: dict[str, int] = {}
-        for node in cluster.gpu_nodes:
-            capacity[node.model] = capacity.get(node.model, 0) + node.gpu_count
-        self.pressure = self.mix.model_pressure(capacity)
-        self.cpu_per_milli = self.mix.cpu_per_gpu_milli()
-        self.mem_per_milli = 0.0
-        self._seen = [0, 0, 0]  # GPU pods, their memory MiB, their milli-GPU
-        self._epoch = 0  # bumps with every new memory estimate: cached scores used the old one
-
-    def _learn(self, pod: PodSpec) -> None:
-        if not pod.num_gpu:
-            return
-        seen = self._seen
-        seen[0] += 1
-        seen[1] += pod.memory_mib
-        seen[2] += pod.total_gpu_milli
-        n = seen[0]
-        if n & (n - 1) == 0 or n % self.MEMORY_REFRESH == 0:
-            self.mem_per_milli = seen[1] / seen[2]
-            self._epoch += 1
-
-    def _stranding(self, node: Node, pod: PodSpec) -> float:
-        """Stranded milli-GPU added by placing `pod` on `node` (negative: freed)."""
-        if not node.gpu_count:
-            return 0.0
-        capacity = node.gpu_count * WHOLE
-        cpu_ratio = min(self.cpu_per_milli, node.cpu_total / capacity)
-        mem_ratio = min(self.mem_per_milli, node.mem_total / capacity)
-        free = node.gpu_free_total
-        after = stranded_milli(free - pod.total_gpu_milli, node.cpu - pod.cpu_milli, node.mem - pod.memory_mib,
-                               cpu_per_milli=cpu_ratio, mem_per_milli=mem_ratio)
-        return after - stranded_milli(free, node.cpu, node.mem, cpu_per_milli=cpu_ratio, mem_per_milli=mem_ratio)
+    def __init__(self, cluster: Cluster, *, seed: int, mix: TypicalMix, pods: Sequence[PodSpec] = ()) -> None:
+        super().__init__(cluster, seed=seed, mix=mix, pods=pods)
+        views = [
+            NodeView(name=f"{n.rank:06d}", rack="openb", flavor=self.FLAVOR, product=n.model,
+                     gpus=[GpuView(i, shareable=True) for i in range(n.gpu_count)],
+                     cpu_free_millicores=n.cpu_total, memory_free_mib=n.mem_total,
+                     cpu_total_millicores=n.cpu_total, memory_total_mib=n.mem_total)
+            for n in cluster.nodes
+        ]
+        self.cap = Capacity(views)
+        self.fx = self.cap.flavors[self.FLAVOR]
+        self.scorer = FragmentationScorer(engine_mix(mix, pods), self.cap.nodes)
+        self._pairs = list(zip(self.cap.nodes, cluster.nodes, strict=True))
+        self._replay_node = {c.name: n for c, n in self._pairs}
 
     def choose(self, pod: PodSpec) -> Choice | None:
-        self._learn(pod)
-        weight = self.mix.weight
-        cost = self.PRESSURE_WEIGHT * pod.total_gpu_milli
-        best: Node | None = None
-        best_key: tuple[int, bool] = (0, False)
-        best_gpus: tuple[int, ...] = ()
-        key = ("fd", self._epoch, pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli)
-        for node in self.feasible(pod):
-            hit = node.cache.get(key)
+        if not pod.num_gpu:
+            return self._host_only(pod)
+        spec = PodSetSpec("pod", 1, pod.num_gpu if pod.gpu_milli == WHOLE else 0, accepted_products=pod.gpu_spec,
+                          milli=None if pod.gpu_milli == WHOLE else pod.gpu_milli, cpu_millicores=pod.cpu_milli,
+                          memory_mib=pod.memory_mib)
+        changes: list[Change] = []
+        placed = place_pod_set(self.cap, self.fx, need_of(spec), Where(frozenset(pod.gpu_spec)), changes,
+                               self.scorer)
+        if placed is None:
+            self.cap.undo(changes, taken=True)
+            return None
+        (replica,) = placed
+        return self._replay_node[replica.node], tuple(a.index for a in replica.gpus)
+
+    def _host_only(self, pod: PodSpec) -> Choice | None:
+        scorer, cpu, mem = self.scorer, pod.cpu_milli, pod.memory_mib
+        key = ("host", cpu, mem)  # a replay node's cache lives until the node changes
+        best: tuple[int, int, int] | None = None
+        chosen = None
+        for node, replay in self._pairs:
+            hit = replay.cache.get(key)
             if hit is None:
-                d_best, g_best = max(self.deltas(node, pod), key=lambda dg: dg[0])  # lowest GPU index on ties
-                value = (d_best / weight - cost * self.pressure.get(node.model, 0.0)
-                         - self.STRAND_WEIGHT * self._stranding(node, pod))
-                hit = node.cache[key] = ((round(value / self.STEP), node.pods > 0), g_best)
-            k, gpus = hit  # type: ignore[misc]
-            if best is None or k > best_key:
-                best, best_key, best_gpus = node, k, gpus
-        return None if best is None else (best, best_gpus)
+                hit = replay.cache[key] = (
+                    (scorer.step(scorer.delta(node, (), cpu) - scorer.cost(node, 0, cpu, mem)), -node.whole, -node.rank)
+                    if node.fits_host(cpu, mem) else ())
+            if hit and (best is None or hit > best):
+                best, chosen = hit, node
+        if chosen is None:
+            return None
+        self.cap.take(chosen, (), cpu, mem)
+        return self._replay_node[chosen.name], ()
+
+
+def engine_mix(mix: TypicalMix, pods: Sequence[PodSpec]) -> list[tuple[PodSetShape, int]]:
+    """The replay's typical mix as the engine's shapes, each with its pods' mean memory."""
+    memory: dict[Demand, list[int]] = {}
+    for p in pods:
+        memory.setdefault(p.demand(), []).append(p.memory_mib)
+    out = []
+    for d, n in mix.entries:
+        seen = memory.get(d)
+        mem = round(statistics.fmean(seen)) if seen else 0
+        if not d.gpu_count:
+            shape = PodSetShape(gpus=0, cpu_millicores=d.cpu_milli, memory_mib=mem)
+        elif d.gpu_milli < WHOLE:
+            shape = PodSetShape(gpus=0, milli=d.gpu_milli, accepted_products=tuple(sorted(d.models)),
+                                cpu_millicores=d.cpu_milli, memory_mib=mem)
+        else:
+            shape = PodSetShape(gpus=d.gpu_count, accepted_products=tuple(sorted(d.models)),
+                                cpu_millicores=d.cpu_milli, memory_mib=mem)
+        out.append((shape, n))
+    return out
 
 
 POLICIES: dict[str, Callable[..., Policy]] = {

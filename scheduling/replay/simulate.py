@@ -92,13 +92,15 @@ def run(
     progress: bool = False,
     keep_records: bool = True,
     on_place: Callable[[Cluster, Arrival, dict[str, object]], None] | None = None,
+    pods: Sequence[PodSpec] | None = None,
 ) -> RunResult:
-    """Replay `arrivals` on a fresh fleet built from `nodes` with one policy."""
+    """Replay `arrivals` on a fresh fleet built from `nodes` with one policy. `pods` is the
+    trace the mix was learned from (default: the arrivals' pods); fleetdeck reads its memory."""
     factory = POLICIES.get(policy)
     if factory is None:
         raise UnknownPolicy(f"unknown policy {policy!r} (choose from {', '.join(POLICIES)})")
     cluster = Cluster(list(nodes), seed=seed)
-    placer = factory(cluster, seed=seed, mix=mix)
+    placer = factory(cluster, seed=seed, mix=mix, pods=[a.pod for a in arrivals] if pods is None else pods)
     result = RunResult(policy, seed, cluster.total_gpu_milli)
     total = cluster.total_gpu_milli
     bar = Progress(f"{policy} seed {seed}", len(arrivals)) if progress else None

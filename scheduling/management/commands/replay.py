@@ -53,7 +53,7 @@ class Command(BaseCommand):
         for seed in seeds:
             arrivals = given or sample_arrivals(pods, nodes, seed=seed, ratio=options["arrival"])
             for policy in dict.fromkeys(options["policy"]):
-                results.append(run(nodes, arrivals, policy=policy, seed=seed, mix=mix,
+                results.append(run(nodes, arrivals, policy=policy, seed=seed, mix=mix, pods=pods,
                                    progress=not options["no_progress"]))
         with out.open("w", encoding="utf-8") as handle:
             write_placements(results, handle)

@@ -62,6 +62,19 @@ BLOCKED = (SnapshotBuilder().queue("q").node("sxm", cpu=4000, mem=1000, product=
            .job(3, "share", milli=300, cpu=9000).build())
 
 
+LEAN_12 = PodSetShape(gpus=1, cpu_millicores=12_000)  # 12 cores a GPU
+# dense has CPU for exactly its 8 GPUs at 12 cores a GPU; rich has CPU to spare. Best fit ties.
+CPU_BOUND = (SnapshotBuilder().queue("q").node("dense", cpu=96_000).node("rich", cpu=200_000)
+             .job(1, "hungry", gpus=1, cpu=40_000).build())
+# lean has memory for exactly its 8 GPUs at 48 GB a GPU; roomy has memory to spare.
+MEM_BOUND = (SnapshotBuilder().queue("q").node("lean", mem=384_000).node("roomy", mem=1_000_000)
+             .job(1, "hungry", gpus=1, mem=150_000).build())
+# sxm is half the fleet and best fit for a 1-GPU job, but half the mix accepts only sxm.
+SCARCE_MODEL = (SnapshotBuilder().queue("q").node("pcie", product="H100-PCIe").node("sxm", product="H100-SXM")
+                .use("sxm", 0, 1, 2, 3).job(1, "any", gpus=1).job(2, "sxm-only", gpus=1, products=("H100-SXM",))
+                .build())
+
+
 def blocked_messages(result) -> None:
     got = {p.workload_id: p for p in result.pending}
     assert got[1].message.endswith("; 2 nodes have the GPUs, but 2 lack 8000 free CPU millicores")
@@ -141,6 +154,20 @@ CASES = [
          with_mix(worked_example(), (PodSetShape(gpus=8), 6), (PodSetShape(gpus=2), 4)),
          want_nodes={1: ["n1", "n2", "n3", "n4"], 2: ["n5", "n6"]},
          want_gpus={3: {"n7": [0, 1]}, 4: {"n7": [2, 3]}, 5: {"n7": [4, 5]}, 6: {"n7": [6, 7]}}),
+    case("a_cpu_heavy_replica_goes_where_cpu_is_left_for_the_other_gpus[mix-without-cpu]",
+         with_mix(CPU_BOUND, (WHOLE_1, 10)), want_nodes={1: ["dense"]}),
+    # On dense 40 cores would leave 56 for 7 GPUs, 4.7 of them fed at 12 a GPU.
+    case("a_cpu_heavy_replica_goes_where_cpu_is_left_for_the_other_gpus[mix-at-12-cores-a-gpu]",
+         with_mix(CPU_BOUND, (LEAN_12, 10)), want_nodes={1: ["rich"]}),
+    case("a_memory_heavy_replica_goes_where_memory_is_left_for_the_other_gpus[mix-without-memory]",
+         with_mix(MEM_BOUND, (WHOLE_1, 10)), want_nodes={1: ["lean"]}),
+    case("a_memory_heavy_replica_goes_where_memory_is_left_for_the_other_gpus[mix-at-48-gb-a-gpu]",
+         with_mix(MEM_BOUND, (PodSetShape(gpus=1, memory_mib=48_000), 10)), want_nodes={1: ["roomy"]}),
+    case("flexible_work_leaves_a_sought_after_gpu_model_to_the_work_that_needs_it[best-fit-alone]",
+         SCARCE_MODEL, want_nodes={1: ["sxm"], 2: ["sxm"]}),
+    case("flexible_work_leaves_a_sought_after_gpu_model_to_the_work_that_needs_it[with-mix]",
+         with_mix(SCARCE_MODEL, (PodSetShape(gpus=1, accepted_products=("H100-SXM",)), 50), (WHOLE_1, 50)),
+         want_nodes={1: ["pcie"], 2: ["sxm"]}),
     case("a_replica_blocked_by_cpu_memory_or_gpu_model_says_which[no-mix]", BLOCKED, check=blocked_messages),
     case("a_replica_blocked_by_cpu_memory_or_gpu_model_says_which[with-mix]", with_mix(BLOCKED, (WHOLE_1, 1)),
          check=blocked_messages),
@@ -162,3 +189,24 @@ def test_the_score_is_cached_per_node_until_the_node_changes():
     assert scorer.delta(a, one, 0) == scorer.delta(a, one, 0) == 0  # 8 -> 7 free: a 4-GPU job still fits
     cap.take(a, (GpuAssignment(1), GpuAssignment(2), GpuAssignment(3), GpuAssignment(4)))
     assert scorer.delta(a, one, 0) == -3000  # 4 -> 3 free: the 3 left are fragments for a 4-GPU job
+
+
+def test_the_cost_is_the_gpus_left_without_cpu_or_memory_plus_the_pressure_on_the_gpu_model():
+    snap = (SnapshotBuilder().queue("q").node("dense", cpu=96_000).node("lean", mem=384_000)
+            .node("sxm", product="H100-SXM").node("pcie", product="H100-PCIe").build())
+    cap = Capacity(snap.nodes)
+    dense, lean, sxm, pcie = (cap.by_name[n] for n in ("dense", "lean", "sxm", "pcie"))
+    cpu_mix = scorer_for(((LEAN_12, 1),), cap.nodes)
+    assert cpu_mix is not None
+    assert cpu_mix.cost(dense, 1000, 40_000, 0) == 2333  # 7 GPUs idle, 56 cores feed 4.67 of them
+    assert cpu_mix.cost(dense, 1000, 12_000, 0) == 0
+    assert cpu_mix.cost(lean, 1000, 40_000, 0) == 0  # a node that reports no CPU strands nothing
+    mem_mix = scorer_for(((PodSetShape(gpus=1, memory_mib=48_000), 1),), cap.nodes)
+    assert mem_mix is not None
+    assert mem_mix.cost(lean, 0, 0, 96_000) == 2000  # CPU-only work taking two GPUs' memory
+    # SXM is a quarter of the fleet's GPUs and all of the mix insists on it: pressure 4, so a
+    # 500 milli share costs 2000 milli-GPU (times the mix weight, 3).
+    sxm_mix = scorer_for(((PodSetShape(gpus=1, accepted_products=("H100-SXM",)), 3),), cap.nodes)
+    assert sxm_mix is not None
+    assert sxm_mix.cost(sxm, 500, 0, 0) == 3 * 2000
+    assert sxm_mix.cost(pcie, 1000, 0, 0) == 0

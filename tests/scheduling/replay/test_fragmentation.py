@@ -107,14 +107,6 @@ def test_without_inaccessible_judges_a_node_only_by_shapes_allowed_there():
     assert mix.fragmentation(NodeFree(64_000, (1000, 300), "T4")) == 300
 
 
-def test_model_pressure_is_constrained_demand_share_over_capacity_share():
-    t4_only = Demand(4000, 1, 1000, frozenset({"T4"}))
-    mix = TypicalMix([(t4_only, 1), (WHOLE_GPU, 3)])
-    pressure = mix.model_pressure({"T4": 100, "G2": 300})
-    assert pressure == {"T4": pytest.approx((1 / 4) / (100 / 400)), "G2": 0.0}
-    assert TypicalMix([(WHOLE_GPU, 1)]).model_pressure({"G2": 8}) == {"G2": 0.0}
-
-
 def test_packing_shares_counts_leftovers_of_repeated_copies_and_cpu_limits():
     share = Demand(cpu_milli=4000, gpu_count=1, gpu_milli=470)
     fgd_view = TypicalMix([(share, 1)])
@@ -126,13 +118,6 @@ def test_packing_shares_counts_leftovers_of_repeated_copies_and_cpu_limits():
     assert fgd_view.fragmentation(cpu_short) == 0
     assert packing.fragmentation(cpu_short) == 2000 - 470
     assert packing.without_inaccessible().pack_shares and not packing.without_inaccessible().count_inaccessible
-
-
-def test_cpu_per_gpu_milli_weights_gpu_shapes_by_count_and_ignores_cpu_only_pods():
-    mix = TypicalMix([(WHOLE_GPU, 3), (HALF_GPU, 2), (Demand(32_000), 5)])
-    # (3 * 4000 + 2 * 2000) milli-CPU over (3 * 1000 + 2 * 500) milli-GPU
-    assert mix.cpu_per_gpu_milli() == pytest.approx(16_000 / 4_000)
-    assert TypicalMix([(Demand(32_000), 1)]).cpu_per_gpu_milli() == 0.0
 
 
 def test_stranded_milli_is_idle_gpu_beyond_what_free_cpu_or_memory_can_feed():

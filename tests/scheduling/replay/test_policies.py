@@ -15,7 +15,7 @@ ALL = sorted(POLICIES)
 
 def _place(nodes, pods, policy, seed=0, mix_pods=None):
     mix = typical_mix(mix_pods or pods)
-    return run(nodes, arrivals(*pods), policy=policy, seed=seed, mix=mix)
+    return run(nodes, arrivals(*pods), policy=policy, seed=seed, mix=mix, pods=mix_pods or pods)
 
 
 def _fits_by_hand(state, p):
@@ -202,7 +202,7 @@ def test_fleetdeck_puts_cpu_heavy_gpu_pods_on_cpu_rich_nodes_and_lean_ones_where
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_fleetdeck_learns_memory_per_gpu_from_arrived_pods_and_keeps_memory_for_idle_gpus(seed):
+def test_fleetdeck_keeps_memory_for_idle_gpus_at_the_mixs_memory_per_gpu(seed):
     nodes = [node("lean", 8, cpu=200_000, mem=393_216), node("fat", 8, cpu=200_000, mem=786_432)]
     gpu_pod = pod("g", cpu=12_000, mem=48_000)
     mix = [gpu_pod] * 8 + [pod("c", gpus=0, cpu=10_000, mem=300_000)]
