@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from core.models import AuditEvent
 from fleet.choices import NODE_STATE_COLORS, GpuHealth, NodeState
 from fleet.models import Gpu, GpuFlavor, Node, Rack
+from fleet.querysets import active_allocations
 from health import telemetry
 from scheduling.choices import WORKLOAD_STATE_COLORS
 from scheduling.models import Allocation
@@ -367,3 +369,20 @@ def node_detail(name: str) -> NodeDetail:
         workloads=list(workloads.values()),
         audit=node_history(node),
     )
+
+
+# --- inventory tables ----------------------------------------------------------------------------
+
+
+def node_table_rows():
+    """Nodes with their rack, flavor and GPU counts (total, unhealthy, free) for the nodes table.
+    Free as the overview counts it: a healthy GPU nothing holds, on a ready node."""
+    held = active_allocations().values("gpu_id")
+    return Node.objects.with_topology().with_gpu_counts().annotate(
+        gpu_free=Count("gpus", distinct=True, filter=Q(state=NodeState.READY, gpus__health=GpuHealth.HEALTHY)
+                       & ~Q(gpus__in=held)),
+    )
+
+
+def gpu_table_rows():
+    return Gpu.objects.select_related("node", "node__rack", "node__flavor").with_allocation()

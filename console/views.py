@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from core.actors import Actor
 from core.roles import is_operator
+from core.tables import table_page
 from fleet import services
 from fleet.agent_tokens import node_token_rotate
 from fleet.choices import NODE_STATE_COLORS, ExecutorKind, NodeState
@@ -18,7 +19,9 @@ from health.services import gpu_mark_healthy, unfinished_ticket
 from scheduling.quota_requests.selectors import sizing_signals
 
 from . import charts
-from .selectors import GpuStatus, NodeDetail, fleet_overview, node_detail
+from .filtersets import GpuTableFilterSet, NodeTableFilterSet
+from .selectors import GpuStatus, NodeDetail, fleet_overview, gpu_table_rows, node_detail, node_table_rows
+from .tables import GpuTable, NodeTable
 
 # action → (button label, service, past tense for the message)
 NODE_ACTIONS = {
@@ -47,6 +50,18 @@ def overview(request: HttpRequest) -> HttpResponse:
         "sizing_signals": sizing_signals() if is_operator(request.user) else None,
     }
     return render(request, "fleet/overview.html", context)
+
+
+@require_GET
+def nodes_table(request: HttpRequest) -> HttpResponse:
+    filterset = NodeTableFilterSet(request.GET, queryset=node_table_rows())
+    return table_page(request, title="Nodes", table_class=NodeTable, filterset=filterset, export_name="nodes")
+
+
+@require_GET
+def gpus_table(request: HttpRequest) -> HttpResponse:
+    filterset = GpuTableFilterSet(request.GET, queryset=gpu_table_rows())
+    return table_page(request, title="GPUs", table_class=GpuTable, filterset=filterset, export_name="gpus")
 
 
 def _detail_or_404(name: str) -> NodeDetail:

@@ -14,13 +14,16 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from core.actors import Actor
 from core.roles import is_operator, may_act_for_team
+from core.tables import table_page
 from fleet.models import Gpu, Node
 
 from .choices import WAITING_STATES, WORKLOAD_STATE_COLORS, WorkloadState
+from .filtersets import WorkloadTableFilter
 from .forms import NodeDrainForm, WorkloadCancelForm
 from .models import Allocation, PlacementRound, PodSet, Preemption, Workload
 from .selectors import checkpoint_advice, queue_positions, queue_usage, workload_placements
 from .services import node_drain, workload_cancel, workloads_on_node
+from .tables import WorkloadTable
 
 
 def _workloads():
@@ -51,25 +54,9 @@ def queues(request):
 
 
 def workloads(request):
-    qs = _workloads().visible_to(request.user)
-    state = request.GET.get("state", "")
-    team = request.GET.get("team", "")
-    if state in WorkloadState.values:
-        qs = qs.filter(state=state)
-    if team:
-        qs = qs.filter(team__name=team)
-    page = Paginator(qs, 100).get_page(request.GET.get("page"))
-    return render(
-        request,
-        "scheduling/workloads.html",
-        {
-            "page": page,
-            "state": state,
-            "team": team,
-            "states": WorkloadState.choices,
-            "colors": WORKLOAD_STATE_COLORS,
-        },
-    )
+    filterset = WorkloadTableFilter(request.GET, queryset=_workloads().visible_to(request.user))
+    return table_page(request, title="Workloads", table_class=WorkloadTable, filterset=filterset,
+                      export_name="workloads")
 
 
 def _placement_map(workload: Workload, placements: list[dict]) -> list[dict]:

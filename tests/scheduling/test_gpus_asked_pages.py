@@ -31,7 +31,7 @@ def mixed(team):
 
 def gpus_cell(body: str, name: str) -> str:
     """The GPUs cell of the row that links or names `name`."""
-    row = next(r for r in re.findall(r"<tr>.*?</tr>", body, re.S) if f">{name}<" in r)
+    row = next(r for r in re.findall(r"<tr[^>]*>.*?</tr>", body, re.S) if f">{name}<" in r)
     return re.search(r'<td class="gpus-asked"[^>]*>(.*?)</td>', row, re.S).group(1)
 
 
