@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 
 from . import views
 from .audit import views as audit_views
@@ -8,6 +8,7 @@ urlpatterns = [
     path("", views.overview, name="overview"),
     path("audit/", audit_views.audit_page, name="audit"),
     path("audit.csv", audit_views.audit_csv, name="audit-csv"),
+    path("policy/", include("console.policy.urls")),
     path("nodes/", views.nodes_table, name="nodes"),
     path("gpus/", views.gpus_table, name="gpus"),
     path("nodes/<str:name>/", views.node_page, name="node"),

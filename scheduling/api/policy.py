@@ -316,7 +316,7 @@ class QuotaSerializer(serializers.ModelSerializer):
         return self._usage(quota, "pending_demand")
 
 
-QUEUE_EXTRA = [name for name in policy.QUEUE_EXTRA_FIELDS if policy._has_field(Queue, name)]
+QUEUE_EXTRA = list(policy.QUEUE_EXTRA_FIELDS)
 
 
 class QueueSerializer(serializers.ModelSerializer):

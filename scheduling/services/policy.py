@@ -278,7 +278,7 @@ def queue_create(*, actor: Actor, name: str, team: Team, cohort: Cohort | None =
     require_operator(actor)
     _check_quotas(quotas)
     queue = Queue(name=name.strip(), team=team, cohort=cohort)
-    _apply(queue, extra, _extra_queue_fields())
+    _apply(queue, extra, queue_extra_fields())
     with transaction.atomic():
         flavors = _lock_flavors({q.flavor.pk for q in quotas})
         excesses = _excesses(None, cohort, quotas, flavors)
@@ -305,7 +305,7 @@ def queue_update(*, actor: Actor, queue: Queue, quotas: Sequence[QuotaSpec] | No
         flavors = _lock_flavors({q.flavor.pk for q in wanted} | {q.flavor_id for q in current})
         queue = Queue.objects.select_for_update().select_related("team", "cohort").get(pk=queue.pk)
         quotas_before = _quota_picture(queue)
-        before = _apply(queue, changes, QUEUE_FIELDS + _extra_queue_fields())
+        before = _apply(queue, changes, QUEUE_FIELDS + queue_extra_fields())
         excesses = _excesses(Queue.objects.get(pk=queue.pk), queue.cohort, wanted, flavors)
         if excesses and not confirm:
             raise OverCapacity(excesses)
@@ -324,32 +324,24 @@ def _confirmed(excesses: list[CohortExcess]) -> str:
     return " ".join(f"Confirmed: {e.message}" for e in excesses)
 
 
-def _extra_queue_fields() -> tuple[str, ...]:
-    """Queue policy fields besides name, team and cohort that the model has (the reclaim policy
-    and borrowing rules are added by the engine's work on cohorts)."""
-    return tuple(name for name in QUEUE_EXTRA_FIELDS if _has_field(Queue, name))
-
-
-def _has_field(model: type[models.Model], name: str) -> bool:
-    try:
-        model._meta.get_field(name)
-    except Exception:  # FieldDoesNotExist
-        return False
-    return True
-
-
+# The queue's cohort policy besides name, team and cohort.
 QUEUE_EXTRA_FIELDS = ("reclaim_within_cohort", "borrow_non_preemptible")
+
+
+def queue_extra_fields() -> tuple[str, ...]:
+    return QUEUE_EXTRA_FIELDS
+
 
 # --- priority classes ----------------------------------------------------------------------------
 
 PRIORITY_CLASS_FIELDS = (
-    "name", "value", "preemptible", "may_preempt", "grace_seconds", "min_runtime_seconds", "description",
+    "name", "value", "preemptible", "may_preempt", "hard_preemption", "grace_seconds", "min_runtime_seconds",
+    "cooldown_seconds", "description",
 )
-PRIORITY_CLASS_EXTRA_FIELDS = ("cooldown_seconds", "hard_preemption", "may_preempt_hard")
 
 
 def priority_class_fields() -> tuple[str, ...]:
-    return PRIORITY_CLASS_FIELDS + tuple(n for n in PRIORITY_CLASS_EXTRA_FIELDS if _has_field(PriorityClass, n))
+    return PRIORITY_CLASS_FIELDS
 
 
 def priority_class_create(*, actor: Actor, name: str, value: int, **fields: Any) -> PriorityClass:

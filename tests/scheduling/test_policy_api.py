@@ -138,6 +138,8 @@ def test_the_reclaim_policy_is_read_and_written(operator, research_queue):
     assert (changed.status_code, changed.json()["reclaim_within_cohort"]) == (200, "Never")
     assert client.patch("/api/v1/queues/research-q/", {"reclaim_within_cohort": "Sometimes"},
                         format="json").status_code == 400
+    allowed = client.patch("/api/v1/queues/research-q/", {"borrow_non_preemptible": True}, format="json")
+    assert (allowed.status_code, allowed.json()["borrow_non_preemptible"]) == (200, True)
 
 
 def test_a_cohort_nominal_above_the_fleet_needs_confirm(operator, team, cluster, cohort):
@@ -225,6 +227,17 @@ def test_an_operator_defines_and_edits_a_priority_class(operator):
     assert (edited.status_code, PriorityClass.objects.get(name="urgent").grace_seconds) == (200, 300)
     assert audit("priorityclass.update")[0].after == {"grace_seconds": 300}
     assert audit("priorityclass.create")[0].after["may_preempt"] is True
+
+
+def test_cooldown_and_hard_preemption_are_settings_of_a_class(operator, classes):
+    client = api_for(operator)
+    edited = client.patch("/api/v1/priority-classes/eval/", {"cooldown_seconds": 120, "hard_preemption": True},
+                          format="json")
+    assert (edited.status_code, edited.json()["cooldown_seconds"], edited.json()["hard_preemption"]) == (
+        200, 120, True)
+    assert audit("priorityclass.update")[0].after == {"cooldown_seconds": 120, "hard_preemption": True}
+    assert client.patch("/api/v1/priority-classes/eval/", {"hard_preemption": 1},
+                        format="json").status_code == 400
 
 
 @pytest.mark.parametrize(("body", "field"), [

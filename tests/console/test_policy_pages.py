@@ -1,0 +1,120 @@
+"""The policy pages (issue 15 §2) with Django's test client: operators create and edit through the
+same services as the API (audited), everyone else reads the lists and is refused the forms."""
+from __future__ import annotations
+
+import pytest
+
+from core.models import AuditEvent
+from fleet.models import GpuFlavor
+from scheduling.models import Cohort, PriorityClass, Queue, QueueQuota, Team, TeamMembership
+from tests.cluster import FLAVOR
+
+LISTS = ["/policy/teams/", "/policy/queues/", "/policy/cohorts/", "/policy/priority-classes/", "/policy/flavors/"]
+FORMS = ["/policy/teams/new/", "/policy/queues/new/", "/policy/cohorts/new/", "/policy/priority-classes/new/",
+         "/policy/flavors/new/"]
+
+
+@pytest.mark.parametrize("url", LISTS)
+def test_everyone_reads_the_lists_but_only_operators_see_new(client, operator, viewer, team, url):
+    client.force_login(viewer)
+    page = client.get(url)
+    assert page.status_code == 200 and 'id="new"' not in page.content.decode()
+    client.force_login(operator)
+    assert 'id="new"' in client.get(url).content.decode()
+
+
+@pytest.mark.parametrize("url", FORMS)
+def test_viewers_and_team_members_are_refused_the_forms(client, viewer, team_member, url):
+    for user in (viewer, team_member):
+        client.force_login(user)
+        assert client.get(url).status_code == 403
+        assert client.post(url, {"name": "x"}).status_code == 403
+    assert not AuditEvent.objects.exists()
+
+
+def test_an_operator_creates_a_team_and_adds_a_member(client, operator, viewer):
+    client.force_login(operator)
+    response = client.post("/policy/teams/new/", {"name": "vision", "email": "v@example.com"})
+    assert response.status_code == 302
+    team = Team.objects.get(name="vision")
+    client.post(f"/policy/teams/{team.pk}/members/", {"username": "victor"})
+    assert TeamMembership.objects.filter(team=team, user=viewer).exists()
+    bad = client.post(f"/policy/teams/{team.pk}/members/", {"username": "nobody"})
+    assert bad.status_code == 400 and "No such user." in bad.content.decode()
+    client.post(f"/policy/teams/{team.pk}/members/{viewer.pk}/remove/")
+    assert not TeamMembership.objects.filter(team=team).exists()
+    assert [e.verb for e in AuditEvent.objects.order_by("id")] == ["team.create", "team.member_add",
+                                                                   "team.member_remove"]
+
+
+def test_a_taken_name_is_shown_on_the_field(client, operator, team):
+    client.force_login(operator)
+    response = client.post("/policy/teams/new/", {"name": "research"})
+    assert response.status_code == 400
+    assert response.context["form"].errors["name"]
+
+
+def test_an_operator_creates_a_queue_with_quotas_per_flavor(client, operator, team, cluster, cohort):
+    client.force_login(operator)
+    f = cluster.pk
+    response = client.post("/policy/queues/new/", {
+        "name": "research-q", "team": "research", "cohort": "gpu-fleet", "reclaim_within_cohort": "Any",
+        f"nominal_{f}": "32", f"borrowing_limit_{f}": "16", f"lending_limit_{f}": ""})
+    assert response.status_code == 302, response.context["form"].errors
+    quota = QueueQuota.objects.get(queue__name="research-q")
+    assert (quota.nominal, quota.borrowing_limit, quota.lending_limit) == (32, 16, None)
+    assert AuditEvent.objects.get(verb="queue.create").after["quotas"][FLAVOR]["nominal"] == 32
+
+
+def test_a_lending_limit_above_nominal_is_shown_on_its_flavors_row(client, operator, team, cluster):
+    client.force_login(operator)
+    f = cluster.pk
+    response = client.post("/policy/queues/new/", {"name": "q", "team": "research", "reclaim_within_cohort": "Any",
+                                                   f"nominal_{f}": "4", f"lending_limit_{f}": "8"})
+    assert response.status_code == 400
+    assert "At most the nominal quota (4)" in response.context["form"].errors[f"lending_limit_{f}"][0]
+    assert not Queue.objects.exists()
+
+
+def test_the_queue_form_warns_with_the_numbers_and_saves_when_confirmed(client, operator, team, cluster, cohort):
+    other = Queue.objects.create(name="product-q", team=Team.objects.create(name="product"), cohort=cohort)
+    QueueQuota.objects.create(queue=other, flavor=cluster, nominal=40)
+    client.force_login(operator)
+    f = cluster.pk
+    form = {"name": "research-q", "team": "research", "cohort": "gpu-fleet", "reclaim_within_cohort": "Any",
+            f"nominal_{f}": "40"}
+    warned = client.post("/policy/queues/new/", form)
+    assert warned.status_code == 409
+    text = warned.content.decode()
+    assert "would add up to <b>80</b> GPUs (now 40), above the <b>64</b>" in text
+    assert not Queue.objects.filter(name="research-q").exists()
+    saved = client.post("/policy/queues/new/", {**form, "confirm": "on"})
+    assert saved.status_code == 302
+    assert QueueQuota.objects.get(queue__name="research-q").nominal == 40
+    cohorts = client.get("/policy/cohorts/").content.decode()
+    assert f"{FLAVOR}: 80 / 64 <b>over capacity</b>" in cohorts
+
+
+def test_an_operator_edits_a_priority_class_and_a_flavor(client, operator, classes, cluster):
+    client.force_login(operator)
+    pc = classes["eval"]
+    response = client.post(f"/policy/priority-classes/{pc.pk}/", {
+        "name": "eval", "value": "60", "preemptible": "on", "grace_seconds": "45", "min_runtime_seconds": "0",
+        "cooldown_seconds": "900", "description": ""})
+    assert response.status_code == 302, response.context["form"].errors
+    pc.refresh_from_db()
+    assert (pc.value, pc.grace_seconds, pc.cooldown_seconds, pc.may_preempt) == (60, 45, 900, False)
+    response = client.post(f"/policy/flavors/{cluster.pk}/", {"name": "H100-80GB", "product": cluster.product,
+                                                              "memory_mib": "81559"})
+    assert response.status_code == 302
+    assert GpuFlavor.objects.get(pk=cluster.pk).name == "H100-80GB"
+    assert {"priorityclass.update", "flavor.update"} <= set(AuditEvent.objects.values_list("verb", flat=True))
+
+
+def test_a_cohort_is_created_and_renamed(client, operator):
+    client.force_login(operator)
+    client.post("/policy/cohorts/new/", {"name": "fleet"})
+    cohort = Cohort.objects.get(name="fleet")
+    client.post(f"/policy/cohorts/{cohort.pk}/", {"name": "shared"})
+    assert Cohort.objects.get(pk=cohort.pk).name == "shared"
+    assert PriorityClass.objects.count() == 0
