@@ -3,6 +3,8 @@
 For other parts:
 - dcgm_ingest(*, node, text, actor, dry_run, now) -> DcgmOutcome
 - dcgm_ingest_many(items: [(node, text)], *, now, actor) -> [DcgmOutcome | Exception] (a scrape's batch)
+- dcgm_ingest_batches(batches, *, now, actor) -> iterator of dcgm_ingest_many's results (a scrape; the next batch
+  parsed while one is stored)
 - kernel_log_ingest(*, node, lines, actor, dry_run, now) -> KernelLogOutcome
 - app_fault(*, workload, kind, nodes, actor, now) -> SignalOutcome
 - agent_register(*, node, payload, now) / agent_heartbeat(*, node, payload, burn_in, now)
@@ -13,7 +15,7 @@ For other parts:
 - nodes_mark_stale, workloads_watchdog, exporters_scrape, readings_prune (beat tasks)"""
 
 from .agent import HeartbeatOutcome, NotRegistered, agent_heartbeat, agent_register, burn_in_from_body
-from .dcgm import DcgmOutcome, dcgm_ingest, dcgm_ingest_many
+from .dcgm import DcgmOutcome, dcgm_ingest, dcgm_ingest_batches, dcgm_ingest_many
 from .events import HEALTH_ACTOR, SignalOutcome, condition_record, condition_resolve, events_resolve, signals_apply
 from .faults import FAULT_KINDS, app_fault
 from .kernel_log import KernelLogOutcome, kernel_log_ingest
@@ -53,6 +55,7 @@ __all__ = [
     "condition_record",
     "condition_resolve",
     "dcgm_ingest",
+    "dcgm_ingest_batches",
     "dcgm_ingest_many",
     "events_resolve",
     "exporters_scrape",

@@ -8,7 +8,8 @@ transaction of its own under the node's row lock (node_seen, remediation). dcgm_
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import NamedTuple
@@ -248,18 +249,50 @@ def dcgm_ingest_many(
     last_heartbeat, one SELECT of their GPUs, one upsert of the latest readings, one insert of the minute
     history. Faulty payloads and nodes coming back from `unknown` each take a transaction of their own;
     so does every node of the batch when the batch's transaction fails."""
+    return _store_parsed(items, _parse_batch(items), now=now or timezone.now(), actor=actor)
+
+
+def dcgm_ingest_batches(
+    batches: Iterable[Sequence[tuple[Node, str | bytes]]], *, now: datetime | None = None,
+    actor: Actor = HEALTH_ACTOR,
+) -> Iterator[list[DcgmOutcome | Exception]]:
+    """dcgm_ingest_many of each batch in turn (a whole scrape), yielding each batch's results; the next
+    batch is parsed in a helper thread while this one's rows go to the database. Parsing is pure Python
+    on the payloads' text (no database, no shared state) and the database's work runs elsewhere: while
+    this thread waits on it (without the GIL) the next batch's parse runs, so a worker is busy for about
+    the parse plus its own store work, not that plus the database's time as well."""
     now = now or timezone.now()
-    results: list[DcgmOutcome | Exception | None] = [None] * len(items)
-    parsed: list[tuple[int, Node, list[dcgm.DcgmSample]]] = []
-    for i, (node, text) in enumerate(items):
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dcgm-parse") as parser:
+        ahead: tuple[Sequence[tuple[Node, str | bytes]], Future] | None = None
+        for items in batches:
+            following = (items, parser.submit(_parse_batch, items))
+            if ahead is not None:
+                yield _store_parsed(ahead[0], ahead[1].result(), now=now, actor=actor)
+            ahead = following
+        if ahead is not None:
+            yield _store_parsed(ahead[0], ahead[1].result(), now=now, actor=actor)
+
+
+def _parse_batch(items: Sequence[tuple[Node, str | bytes]]) -> list[list[dcgm.DcgmSample] | ValidationError]:
+    """Each payload's readings in the store path's mode, or the ValidationError saying why it has none."""
+    parsed: list[list[dcgm.DcgmSample] | ValidationError] = []
+    for _node, text in items:
         try:
-            parsed.append((i, node, dcgm_parse(text, all_metrics=False)))
+            parsed.append(dcgm_parse(text, all_metrics=False))
         except ValidationError as exc:
-            results[i] = exc
-    outcomes = _ingest_parsed([(node, readings) for _i, node, readings in parsed], now=now, actor=actor)
-    for (i, _node, _readings), outcome in zip(parsed, outcomes, strict=True):
+            parsed.append(exc)
+    return parsed
+
+
+def _store_parsed(items: Sequence[tuple[Node, str | bytes]], parsed: list[list[dcgm.DcgmSample] | ValidationError],
+                  *, now: datetime, actor: Actor) -> list[DcgmOutcome | Exception]:
+    """Store the readings of the payloads that parsed; the others' result is their ValidationError."""
+    good = [i for i, readings in enumerate(parsed) if not isinstance(readings, ValidationError)]
+    outcomes = _ingest_parsed([(items[i][0], parsed[i]) for i in good], now=now, actor=actor)  # type: ignore[misc]
+    results: list = list(parsed)  # a payload's ValidationError stays its result
+    for i, outcome in zip(good, outcomes, strict=True):
         results[i] = outcome
-    return results  # type: ignore[return-value]  (every item has its result now)
+    return results
 
 
 def _ingest_parsed(

@@ -1,7 +1,8 @@
 """Pulling each node's dcgm-exporter /metrics (the beat task every 15 s).
 
 Fetches run concurrently (I/O bound, short timeouts, at most 5 MB read); what came back is ingested
-BATCH nodes at a time (dcgm_ingest_many: the healthy scrapes of a batch in one transaction, a faulty
+BATCH nodes at a time (dcgm_ingest_batches, the next batch parsed while one is stored; per batch as
+dcgm_ingest_many: the healthy scrapes of a batch in one transaction, a faulty
 one on its own, and every node on its own when the batch's transaction fails), so one bad node never
 blocks the rest. A failed scrape is a health event of the node, not a crash, and the next good scrape
 of the node resolves it."""
@@ -20,7 +21,7 @@ from django.db import transaction
 from fleet.models import Node
 from health.choices import EventKind, EventSource, Severity
 
-from .dcgm import dcgm_ingest_many
+from .dcgm import dcgm_ingest_batches
 from .events import condition_record, condition_resolve
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ def exporters_scrape(
     with httpx.Client(timeout=timeout or scrape_timeout(), transport=transport, follow_redirects=False) as client:
         with ThreadPoolExecutor(max_workers=min(WORKERS, len(nodes))) as pool:
             futures = {node.name: pool.submit(_fetch, client, node.exporter_url) for node in nodes}
+        batches: list[tuple[list[Node], list[tuple[Node, str]], dict[str, Exception]]] = []
         for start in range(0, len(nodes), BATCH):
             errors: dict[str, Exception] = {}
             fetched: list[tuple[Node, str]] = []
@@ -86,7 +88,10 @@ def exporters_scrape(
                     fetched.append((node, futures.pop(node.name).result()))
                 except (httpx.HTTPError, ValueError) as exc:
                     errors[node.name] = exc
-            results = dcgm_ingest_many(fetched, now=now)
+            batches.append((nodes[start:start + BATCH], fetched, errors))
+        # The next batch is parsed while this one's rows, resolutions and failures go to the database.
+        stored = dcgm_ingest_batches((fetched for _batch, fetched, _errors in batches), now=now)
+        for (batch, fetched, errors), results in zip(batches, stored, strict=True):
             scraped = []
             for (node, _text), result in zip(fetched, results, strict=True):
                 if isinstance(result, Exception):
@@ -95,7 +100,7 @@ def exporters_scrape(
                     scraped.append(node)
             condition_resolve(node=scraped, kind=EventKind.SCRAPE_FAILED, source=EventSource.DCGM, now=now)
             outcome.scraped += [node.name for node in scraped]
-            for node in nodes[start:start + BATCH]:
+            for node in batch:
                 if node.name in errors:
                     error = _error(errors[node.name], node)
                     log.warning("scraping %s failed: %s", node.name, error)

@@ -15,7 +15,7 @@ from fleet.models import Gpu, GpuFlavor, Node, Rack
 from fleet.services import GpuWanted, Retire, gpus_reconcile
 from health.choices import EventKind
 from health.models import GpuReading, GpuReadingMinute, HealthEvent
-from health.services import HEALTH_ACTOR, DcgmOutcome, dcgm_ingest, dcgm_ingest_many
+from health.services import HEALTH_ACTOR, DcgmOutcome, dcgm_ingest, dcgm_ingest_batches, dcgm_ingest_many
 from health.services import dcgm as dcgm_services
 
 T0 = datetime(2026, 5, 7, 9, 0, 5, tzinfo=UTC)
@@ -177,3 +177,26 @@ def test_a_board_replaced_between_scrapes_gets_the_next_readings_of_its_slot(nod
     assert [g and g.uuid for g in stale.matched] == ["GPU-0-0", "GPU-0-1"]
     assert GpuReading.objects.get(gpu=old).temperature_c == 60.0
     assert GpuReading.objects.get(gpu=new).temperature_c == 50.0
+
+
+def test_batches_in_turn_store_what_each_batch_alone_stores(nodes):
+    """dcgm_ingest_batches (a scrape: the next batch parsed while one is stored) gives each batch the
+    results and rows dcgm_ingest_many gives it, a payload that is no exposition included."""
+    texts = [exposition(n, 40.0 + n) for n in range(4)]
+    texts[2] = "not an exposition {"
+    for node, text in zip(nodes, texts, strict=True):
+        dcgm_ingest_many([(node, text)], now=T0)
+    one_by_one = stored()
+    GpuReading.objects.all().delete()
+    GpuReadingMinute.objects.all().delete()
+    Node.objects.update(last_heartbeat=None)
+
+    batches = [list(zip(nodes[:3], texts[:3], strict=True)), [(nodes[3], texts[3])]]
+    results = list(dcgm_ingest_batches(batches, now=T0))
+
+    assert [[type(r).__name__ for r in batch] for batch in results] == [
+        ["DcgmOutcome", "DcgmOutcome", "ValidationError"], ["DcgmOutcome"]]
+    assert [r.stored for r in results[0][:2]] + [results[1][0].stored] == [2, 2, 2]
+    assert "line 1" in str(results[0][2])
+    assert stored() == one_by_one
+    assert list(dcgm_ingest_batches([], now=T0)) == []
