@@ -8,6 +8,8 @@
                                                            # PostgreSQL: in a scratch database next to that one
                                                            # (fleetdeck_bench), created if missing
 
+Every time is wall clock (time.perf_counter); the machine's load changes it, so compare rows of one run.
+
 DCGM: one exposition payload per node (8 GPUs x 43 metrics with dcgm-exporter's names and labels, pods on
 GPUs 0-5, GPUs 6-7 idle), scraped 15 s apart: the same labels and lines, values of each moment. Values
 have the shapes of the captured dumps in shared/telemetry/dcgm (see SOURCES.md there): integer
@@ -15,20 +17,24 @@ temperatures (55-85 C busy, 25-40 idle), integer utilisation 0-100, integer FB_U
 81,559 (a job's memory stays put between scrapes), power with milliwatt resolution printed "%f" (8.969000),
 6-decimal profiling ratios (0.000000 on idle GPUs), integer counters, fault counters at 0 and the
 NOT_SUPPORTED blank sentinel for memory temperature. "GPU-samples" are GPU readings (one GPU at one
-scrape); metric samples are exposition lines. Rows: ours = health.core.dcgm.parse_exposition, in the store
-path's mode (only the families Fleetdeck stores are read) and with every metric; prometheus_client as
-written = parse_exposition_reference (the whole text through the parser unchanged); naive regex = one
-regex per line, no escapes, no sentinels, no HELP/TYPE checks (fast and wrong on edge cases). Parse times
-are process CPU time (time.process_time).
+scrape); metric samples are exposition lines. Parsers, compared doing the same work: every metric family
+(ours = health.core.dcgm.parse_exposition; prometheus_client as written = parse_exposition_reference, the
+whole text through its parser; naive regex = one regex per line, no escapes, no sentinels, no HELP/TYPE
+checks: fast and wrong on edge cases), then only the families the store reads (FIELD_METRICS; ours in
+the store path's mode, the reference in the same mode, naive regex skipping other names before reading
+labels).
 Store (--store): bench.ingest_store.store_payloads, i.e. health.services.dcgm_ingest_many in batches of
-health.services.scrape.BATCH nodes, as the scrape runs it, parse included. One worker (this process): the
-fleet's 1st scrape (the latest rows are inserted) and 2nd scrape (updated), wall clock (the database's
-work counts) and CPU time; ms/payload is a batch's CPU time divided by its payloads. Workers: WORKERS
-child processes, each with its own connection and its own nodes (half the fleet each), ingest one scrape
-of their nodes at once against the same database; GPU-samples/s is all their readings over the wall time
-from the moment they start together until the last one finishes (payloads are generated and the
-inventory created before, untimed). The same is run with one child on its half, and the ratio given.
-Each timed store run starts after a full garbage collection; the collector stays on.
+health.services.scrape.BATCH nodes, as the scrape runs it, parse included, wall clock (the database's
+work counts; it runs on the same CPUs). Each measurement runs in worker processes forked from this one
+before it stored anything (as Celery's prefork pool starts its children); each opens its own database
+connection inside its first timed scrape. Headline: a new worker's first scrape of the whole fleet
+(cold: fresh connection and server backend, SQL not yet built, a new minute, so minute rows are
+inserted). Beside it, the same worker's next scrapes: 15 s later (the latest rows updated, the minute's
+rows already there: 3 scrapes in 4) and a minute later (a new minute's rows too: 1 in 4). The latest
+rows of every GPU exist before (an untimed scrape by another child). Scaling: 1, 2 and 4 worker
+processes at once, each its own share of the nodes, after one untimed scrape each; GPU-samples/s is all
+their readings over the wall time from their common start to the last one's end. Payloads are generated
+and the inventory created before, untimed; each timed run starts after a full garbage collection.
 Kernel log: noise lines mixed with Xid lines in every prefix format plus near misses (SXid, _kgspLogXid119).
 ours = health.core.kernel_log.parse_lines; naive = one big regex on every line, no pre-filter.
 """
@@ -48,6 +54,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -169,12 +176,13 @@ _NAIVE_SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)\{(.*)\}\s+(\S+)$')
 _NAIVE_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
-def naive_dcgm(text: str) -> int:
-    """Baseline: regex per line into {uuid: {metric: value}}; returns the GPU count."""
+def naive_dcgm(text: str, keep: frozenset[str] | None = None) -> int:
+    """Baseline: regex per line into {uuid: {metric: value}}; returns the GPU count. `keep`: read only
+    those metric names (the store's families), others skipped before their labels are read."""
     gpus: dict[str, dict[str, float]] = {}
     for line in text.splitlines():
         match = _NAIVE_SAMPLE.match(line)
-        if match is None:
+        if match is None or (keep is not None and match.group(1) not in keep):
             continue
         labels = dict(_NAIVE_LABEL.findall(match.group(2)))
         gpus.setdefault(labels.get("UUID", ""), {})[match.group(1)] = float(match.group(3))
@@ -193,15 +201,25 @@ def reference_dcgm(text: str) -> int:
     return len(dcgm.parse_exposition_reference(text))
 
 
+def reference_store_mode(text: str) -> int:
+    return len(dcgm.parse_exposition_reference(text, all_metrics=False))
+
+
+def naive_store_mode(text: str) -> int:
+    return naive_dcgm(text, dcgm.FIELD_METRICS)
+
+
 def time_payloads(fn: Callable[[str], int], payloads: Sequence[str]) -> tuple[float, int, list[float]]:
+    """Wall seconds for all payloads, GPUs read, wall seconds per payload."""
     latencies = []
     gpus = 0
-    started = time.process_time()
+    gc.collect()
+    started = time.perf_counter()
     for text in payloads:
-        t0 = time.process_time()
+        t0 = time.perf_counter()
         gpus += fn(text)
-        latencies.append(time.process_time() - t0)
-    return time.process_time() - started, gpus, latencies
+        latencies.append(time.perf_counter() - t0)
+    return time.perf_counter() - started, gpus, latencies
 
 
 NOISE = [
@@ -263,22 +281,26 @@ Scrapes = list[list[tuple[str, str]]]  # per scrape: (node name, exposition text
 
 
 def bench_dcgm(nodes: int, rng: random.Random) -> Scrapes:
-    """Two scrapes of the fleet, 15 s apart: the same nodes, labels and families, values of each moment."""
-    print(f"generating DCGM payloads: {nodes} nodes x 8 GPUs x {len(GAUGES) + len(COUNTERS)} metrics, 2 scrapes ...")
+    """Three scrapes of the fleet, 15 s apart: the same nodes, labels and families, values of each moment."""
+    print(f"generating DCGM payloads: {nodes} nodes x 8 GPUs x {len(GAUGES) + len(COUNTERS)} metrics, 3 scrapes ...")
     states = [SimulatedNode(n, rng) for n in range(nodes)]
-    scrapes = [[node_payload(state, rng) for state in states] for _scrape in range(2)]
+    scrapes = [[node_payload(state, rng) for state in states] for _scrape in range(3)]
     samples = sum(text.count("\n") for text in scrapes[0]) - nodes * 2 * (len(GAUGES) + len(COUNTERS))
-    rows = []
-    for label, fn in (("ours, store mode", ours_store_mode), ("ours, all metrics", ours_all_metrics),
-                      ("prometheus_client as written (reference)", reference_dcgm),
-                      ("naive regex per line (baseline)", naive_dcgm)):
-        seconds, gpus, latencies = time_payloads(fn, scrapes[0])
-        rows.append((label, gpus / seconds, samples / seconds, _ms(latencies, 50), _ms(latencies, 99), gpus))
-    print(f"\nDCGM exposition: {nodes} payloads a scrape, {samples:,} metric samples")
-    print(f"{'parser':42} {'GPU-samples/s':>14} {'metric samples/s':>17} {'p50 ms/payload':>15} "
+    print(f"\nDCGM exposition: {nodes} payloads a scrape, {samples:,} metric samples (wall clock)")
+    print(f"{'parser':50} {'GPU-samples/s':>14} {'metric samples/s':>17} {'p50 ms/payload':>15} "
           f"{'p99 ms/payload':>15} {'GPUs':>7}")
-    for label, gps, mps, p50, p99, gpus in rows:
-        print(f"{label:42} {gps:14,.0f} {mps:17,.0f} {p50:15.2f} {p99:15.2f} {gpus:7,}")
+    for group, parsers in (
+        ("every metric family", (("ours", ours_all_metrics), ("prometheus_client as written (reference)",
+                                 reference_dcgm), ("naive regex per line (baseline)", naive_dcgm))),
+        ("only the families the store reads", (("ours, store mode", ours_store_mode), (
+            "prometheus_client as written, store mode", reference_store_mode),
+            ("naive regex per line, store's names only", naive_store_mode))),
+    ):
+        print(f"  {group}:")
+        for label, fn in parsers:
+            seconds, gpus, latencies = time_payloads(fn, scrapes[0])
+            print(f"  {label:48} {gpus / seconds:14,.0f} {samples / seconds:17,.0f} {_ms(latencies, 50):15.2f} "
+                  f"{_ms(latencies, 99):15.2f} {gpus:7,}")
     return [[(state.host, text) for state, text in zip(states, texts, strict=True)] for texts in scrapes]
 
 
@@ -287,9 +309,9 @@ def bench_kernel_log(count: int, rng: random.Random) -> None:
     rows = []
     for label, fn in (("ours (pre-filter + regex)", ours_kernel_log),
                       ("naive: one regex on every line (baseline)", naive_kernel_log)):
-        started = time.process_time()
+        started = time.perf_counter()
         found = fn(lines)
-        rows.append((label, count / (time.process_time() - started), found))
+        rows.append((label, count / (time.perf_counter() - started), found))
     true_xids = sum(1 for line in lines if "NVRM: Xid" in line)
     print(f"\nKernel log: {count:,} lines, {true_xids:,} real Xid lines (plus SXid / _kgspLogXid119 near misses)")
     print(f"{'parser':42} {'lines/s':>14} {'Xids reported':>14}")
@@ -297,7 +319,7 @@ def bench_kernel_log(count: int, rng: random.Random) -> None:
         print(f"{label:42} {rate:14,.0f} {found:14,}")
 
 
-WORKERS = 2
+SCALING = (1, 2, 4)  # worker processes at once
 BENCH_SUFFIX = "_bench"
 
 
@@ -326,82 +348,115 @@ def _store_hook():
     return module, getattr(module, function_name)
 
 
-def _worker(payloads: list[tuple[str, str]], now: datetime, barrier, results) -> None:
-    """One worker process: its own connection, then (with the others) parse + store of its payloads."""
+# One store run in a worker: (index into the scrapes, the scrape's time, whether it waits for the others first).
+Run = tuple[int, datetime, bool]
+
+
+class _Timed(NamedTuple):
+    started: float
+    ended: float
+    cpu: float
+    stored: int
+    latencies: list[float]
+
+
+def _worker(scrapes: Scrapes, share: slice, nodes: dict, runs: list[Run], barrier, results) -> None:
+    """One worker process: its own connection (opened inside its first run), then its runs in order."""
     connections.close_all()  # a forked child never shares its parent's connection
-    module, store = _store_hook()
-    nodes = module.prepare_payloads(payloads)
-    gc.collect()
-    barrier.wait()
-    started = time.perf_counter()
-    stored = store(payloads, now=now, nodes=nodes)
-    results.put((started, time.perf_counter(), stored))
+    _module, store = _store_hook()
+    timed = []
+    for scrape, now, together in runs:
+        payloads = scrapes[scrape][share]
+        gc.collect()
+        if together:
+            barrier.wait()
+        started, cpu = time.perf_counter(), time.process_time()
+        latencies: list[float] = []
+        stored = store(payloads, now=now, nodes=nodes, latencies=latencies)
+        timed.append(_Timed(started, time.perf_counter(), time.process_time() - cpu, stored, latencies))
+    results.put(timed)
     connections.close_all()
 
 
-def bench_workers(halves: list[list[tuple[str, str]]], now: datetime) -> float:
-    """GPU-samples/s of len(halves) worker processes ingesting their own payloads at once: all readings
-    over the wall time from their common start to the last one's end."""
+def _in_workers(scrapes: Scrapes, nodes: dict, shares: list[slice], runs: list[Run]) -> list[list[_Timed]]:
+    """Each share of the nodes in a worker process of its own, forked from this one, all at once."""
     context = multiprocessing.get_context("fork")  # the children inherit the generated payloads
-    barrier, results = context.Barrier(len(halves)), context.Queue()
+    barrier, results = context.Barrier(len(shares)), context.Queue()
     connections.close_all()
-    children = [context.Process(target=_worker, args=(half, now, barrier, results)) for half in halves]
+    children = [context.Process(target=_worker, args=(scrapes, share, nodes, runs, barrier, results))
+                for share in shares]
     for child in children:
         child.start()
-    runs = [results.get(timeout=600) for _ in children]
+    out = [results.get(timeout=900) for _ in children]
     for child in children:
         child.join()
         if child.exitcode:
             raise RuntimeError(f"a bench worker failed (exit code {child.exitcode})")
-    return sum(stored for _, _, stored in runs) / (max(end for _, end, _ in runs) - min(s for s, _, _ in runs))
+    return out
+
+
+def _row(label: str, runs: list[_Timed], note: str = "") -> None:
+    stored = sum(run.stored for run in runs)
+    wall = max(run.ended for run in runs) - min(run.started for run in runs)
+    latencies = [x for run in runs for x in run.latencies]
+    cpu = f"{stored / sum(run.cpu for run in runs):12,.0f}" if len(runs) == 1 else f"{'':12}"
+    print(f"{label:58} {stored / wall:14,.0f} {cpu} {_ms(latencies, 50):15.2f} {_ms(latencies, 99):15.2f}  {note}")
+
+
+def _next_minute(module) -> datetime:
+    """A minute after anything the scratch database holds (earlier runs wrote minutes ahead of the clock)."""
+    latest = module.latest_minute()
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    return max(now, latest or now) + timedelta(minutes=1)
 
 
 def bench_store(scrapes: Scrapes) -> int:
-    """Parse + store (the store hook: health.services.dcgm_ingest_many, batches of nodes): in this one
-    process (= one worker), then in one and in WORKERS child processes against the same database."""
+    """Parse + store (the store hook: health.services.dcgm_ingest_many, batches of nodes), in worker
+    processes forked from this one: a new worker's first scrape, its next two, then 1, 2 and 4 at once."""
     scratch = _scratch_database()  # kept alive (a TemporaryDirectory) until the bench returns
     try:
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
         django.setup()
         call_command("migrate", verbosity=0, interactive=False)
-        module, store = _store_hook()
+        module, _store = _store_hook()
     except (ImportError, AttributeError) as exc:
         print(f"\n--store: the Django store path {STORE_HOOK} is not importable ({exc}).")
         print("Hint: the health app provides store_payloads(payloads, *, now) -> int; see STORE_HOOK in this file.")
         return 2
     engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
-    payloads = scrapes[0]
-    parse_seconds, _, parse_latencies = time_payloads(ours_store_mode, [text for _, text in payloads])
-    nodes = module.prepare_payloads(payloads)  # creating the inventory is not timed
-    store(payloads[:2], now=datetime.now(UTC), nodes=nodes)  # warms Django's and the database's caches
-    gpus = sum(len(dcgm.parse_exposition(text)) for _, text in payloads[:1]) * len(payloads)
-    print(f"\nStore path ({STORE_HOOK}, {engine}, {os.cpu_count()} CPUs shared with the database): "
-          f"{len(payloads)} node payloads, {gpus:,} GPU readings")
-    print(f"{'path':42} {'GPU-samples/s':>14} {'p50 ms/payload':>15} {'p99 ms/payload':>15}"
-          f"   (store: batches of {module.BATCH}, ms/payload = a batch's time / its payloads)")
-    print(f"{'parse only (store mode)':42} {gpus / parse_seconds:14,.0f} {_ms(parse_latencies, 50):15.2f} "
-          f"{_ms(parse_latencies, 99):15.2f}")
-    start = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
-    for scrape, name in ((1, "1st scrape"), (2, "2nd scrape")):
-        gc.collect()  # the setup's and the last run's garbage is not this run's (the collector stays on)
-        latencies: list[float] = []
-        started = time.process_time()
-        wall = time.perf_counter()
-        stored = store(scrapes[scrape - 1], now=start + timedelta(seconds=15 * scrape), latencies=latencies,
-                       nodes=nodes)
-        seconds = time.process_time() - started
-        wall = time.perf_counter() - wall
-        print(f"{'parse + store, ' + name + ' (CPU time)':42} {stored / seconds:14,.0f} {_ms(latencies, 50):15.2f} "
-              f"{_ms(latencies, 99):15.2f}")
-        print(f"{'parse + store, ' + name + ' (wall clock)':42} {stored / wall:14,.0f}")
-    # Each run its own minute (its history rows are new, as a run of the scrape's is once a minute).
-    halves = [scrapes[1][i::WORKERS] for i in range(WORKERS)]
-    one = bench_workers(halves[:1], start + timedelta(minutes=2))
-    many = bench_workers(halves, start + timedelta(minutes=3))
-    print(f"{'parse + store, 1 worker process (wall)':42} {one:14,.0f}   ({len(halves[0])} nodes)")
-    print(f"{f'parse + store, {WORKERS} worker processes (wall)':42} {many:14,.0f}   "
-          f"({' + '.join(str(len(half)) for half in halves)} nodes at once; {many / one:.2f}x one worker)")
-    print(f"target: >= 10,000 GPU-samples/s per worker (wall clock), {WORKERS} workers >= 1.7x one")
+    count = len(scrapes[0])
+    nodes = module.prepare_payloads(scrapes[0])  # creating the inventory is not timed
+    base = _next_minute(module)
+    everything = [slice(None)]
+    # The latest row of every GPU exists before the timed runs, as in a running fleet (untimed, in a child).
+    _in_workers(scrapes, nodes, everything, [(0, base + timedelta(seconds=5), False)])
+    gpus = sum(len(dcgm.parse_exposition(text)) for _, text in scrapes[0][:1]) * count
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"\nStore path ({STORE_HOOK}, {engine}, {os.cpu_count()} CPUs shared with the database, "
+          f"load average {load}): {count} node payloads a scrape, {gpus:,} GPU readings, wall clock")
+    print(f"{'path':58} {'GPU-samples/s':>14} {'(CPU time)':>12} {'p50 ms/payload':>15} {'p99 ms/payload':>15}"
+          f"  (batches of {module.BATCH}; ms/payload = a batch's wall time / its payloads)")
+    minute = base + timedelta(minutes=1)
+    cold, steady, next_minute = _in_workers(scrapes, nodes, everything, [
+        (0, minute + timedelta(seconds=5), False), (1, minute + timedelta(seconds=20), False),
+        (2, minute + timedelta(seconds=65), False)])[0]
+    _row("parse + store, a new worker's 1st scrape (cold)", [cold], "headline")
+    _row("parse + store, its next scrape, 15 s later (steady)", [steady], "3 scrapes in 4: no new minute rows")
+    _row("parse + store, its scrape a minute later (steady)", [next_minute], "1 in 4: the new minute's rows too")
+    print(f"\nScaling: worker processes at once, each its own share of the {count} nodes, the scrape 15 s after an "
+          f"untimed one; {os.cpu_count()} CPUs for the workers and the database together")
+    print(f"{'workers':58} {'GPU-samples/s':>14} {'per worker':>12} {'vs 1 worker':>15}")
+    one = None
+    for k, workers in enumerate(SCALING):
+        minute = base + timedelta(minutes=3 + 2 * k)
+        runs = _in_workers(scrapes, nodes, [slice(i, None, workers) for i in range(workers)],
+                           [(0, minute + timedelta(seconds=5), False), (1, minute + timedelta(seconds=20), True)])
+        timed = [worker[-1] for worker in runs]
+        rate = sum(t.stored for t in timed) / (max(t.ended for t in timed) - min(t.started for t in timed))
+        one = one or rate
+        print(f"{f'{workers} worker process' + ('es' if workers > 1 else ''):58} {rate:14,.0f} "
+              f"{rate / workers:12,.0f} {rate / one:14.2f}x")
+    print("target: >= 10,000 GPU-samples/s per worker (wall clock, cold headline); 2 workers >= 1.7x one")
     del scratch
     return 0
 

@@ -1,8 +1,8 @@
-"""The store path timed by bench/ingest.py --store: real parse + dcgm_ingest_many in batches of nodes.
+"""The store path timed by bench/ingest.py --store: real parse + store in batches of nodes.
 
 Prepares (once, idempotently) one rack, flavor and node per payload with the payload's GPUs, then
-runs the payloads through health.services.dcgm_ingest_many in batches of BATCH, exactly as a scrape
-does. The bench calls prepare_payloads first so that creating the inventory is not timed."""
+runs the payloads through health.services.dcgm_ingest_batches in batches of BATCH, exactly as a scrape
+(exporters_scrape) does. The bench calls prepare_payloads first so that creating the inventory is not timed."""
 from __future__ import annotations
 
 import time
@@ -10,10 +10,12 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Max
 
 from fleet.models import Gpu, GpuFlavor, Node, Rack
 from health.core import dcgm
-from health.services import dcgm_ingest_many
+from health.models import GpuReadingMinute
+from health.services import dcgm_ingest_batches
 from health.services.scrape import BATCH
 
 
@@ -38,18 +40,26 @@ def prepare_payloads(payloads: Sequence[tuple[str, str]]) -> dict[str, Node]:
 
 def store_payloads(payloads: Sequence[tuple[str, str]], *, now: datetime, latencies: list[float] | None = None,
                    nodes: dict[str, Node] | None = None) -> int:
-    """Ingest every payload through dcgm_ingest_many, BATCH nodes at a time; returns GPU readings stored.
-    `latencies` (if given) receives, per batch, its process-CPU seconds divided by its payloads (what a
-    payload costs inside a batch); `nodes` (from prepare_payloads) skips preparing."""
+    """Ingest every payload through dcgm_ingest_batches, BATCH nodes a batch; returns GPU readings stored.
+    `latencies` (if given) receives, per batch, its wall seconds divided by its payloads (what a payload
+    costs inside a batch, the database's work included); `nodes` (from prepare_payloads) skips preparing."""
     nodes = prepare_payloads(payloads) if nodes is None else nodes
+    batches = [[(nodes[name], text) for name, text in payloads[start:start + BATCH]]
+               for start in range(0, len(payloads), BATCH)]
     stored = 0
-    for start in range(0, len(payloads), BATCH):
-        batch = [(nodes[name], text) for name, text in payloads[start:start + BATCH]]
-        started = time.process_time()
-        for result in dcgm_ingest_many(batch, now=now):
+    started = time.perf_counter()
+    for batch, results in zip(batches, dcgm_ingest_batches(batches, now=now), strict=True):
+        for result in results:
             if isinstance(result, Exception):
                 raise result
             stored += result.stored
         if latencies is not None:
-            latencies.append((time.process_time() - started) / len(batch))
+            ended = time.perf_counter()
+            latencies.append((ended - started) / len(batch))  # from the last batch's results to this one's
+            started = ended
     return stored
+
+
+def latest_minute() -> datetime | None:
+    """The latest minute of history the database holds (the bench's timed runs go after it)."""
+    return GpuReadingMinute.objects.aggregate(latest=Max("minute"))["latest"]
