@@ -20,19 +20,23 @@ one simulated second stands for `unit_ms` (100) milliseconds of Kueue's fixture;
 (arrival intervals, run times, the tick) is scaled by the same factor, and the times reported
 are converted back to the fixture's scale.
 
-Rounds run as the Celery worker runs them: when a service asks for one (a submission, a
-finished job, a round that admitted from a queue's whole considered head: the services'
-round_request, without its half-second debounce) or when PLACEMENT_ROUND_SECONDS of
-the product's clock have passed since the last (the beat's periodic round); like the round
-task, each round is followed by an executor tick that starts what it admitted. An executor
-tick (the beat's) also runs every iteration.
-
 Modes (--mode):
-- concurrent (default): real time S x faster than the fixture (--speedup, 4). Submissions come
+- production (default; the headline at the default --speedup 1, the fixture's real time): the
+  product as deployed (simulate_production). API worker processes (--api-workers, 4) submit each
+  workload with workload_submit at its arrival time; this process is the Celery worker
+  (concurrency 1): the services' own round_request (its debounce, its mark in Redis) queues the
+  round task (a round, then an executor tick), of which only the hand-off to the broker is
+  replaced (CeleryStandIn), and the beat's round task and executor tick run every
+  PLACEMENT_ROUND_SECONDS of wall time.
+The modes below are extra, labelled rows. Their rounds run when a service asks for one (the
+services' round_request replaced by the loop's trigger, without the debounce) or when
+PLACEMENT_ROUND_SECONDS of the product's dilated clock have passed, each followed by an executor
+tick, and an executor tick runs every iteration: they run the worker more often than production.
+- concurrent: real time S x faster than the fixture (--speedup). Submissions come
   from a process of their own at their arrival times (the web API; Kueue's generator); executor
   ticks and rounds run back to back in this one (the Celery worker). A slow round leaves
-  finished GPUs idle and arrivals waiting, exactly as it would in production, so the usage
-  measures speed too.
+  finished GPUs idle and arrivals waiting, so the usage measures speed too; S > 1 is a
+  different fixture (its work arrives S x faster), not a faster scheduler.
 - realtime: the same clock, everything in one process (arrivals submitted late keep their
   arrival time).
 - stepped: one iteration per tick (100 ms of fixture time), the clock waiting for it: waits
@@ -57,7 +61,7 @@ import queue as queue_mod
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from bench.benchdb import django_setup, drop_database, scratch_database
@@ -352,6 +356,7 @@ class Outcome:
     requeues: int
     phases_ms: dict[str, float]
     cpu_s: float = 0.0  # the benchmark's process(es) only (PostgreSQL's own work is not in it)
+    notes: list[str] = field(default_factory=list)
 
 
 class RoundTrigger:
@@ -582,12 +587,15 @@ def _api_process(fx: Fixture, share: int, shares: int, started: float, speedup: 
     arrivals = {tick: [s for s in specs if s["queue"] in mine] for tick, specs in fx.arrivals(FLAVOR).items()}
     client = Actor.automation("bench-client")
     busy = submitted = 0
+    late = late_max = 0.0  # how long after its arrival each workload's request went out
     cpu = time.process_time()
     try:
         with _production_patched(clock, broker):
             for tick in sorted(arrivals):
                 clock.sleep_until(tick * fx.tick_ms)
                 t0 = time.perf_counter()
+                behind = max(0.0, (clock.fixture_ms() - tick * fx.tick_ms) / 1000)
+                late, late_max = late + behind * len(arrivals[tick]), max(late_max, behind)
                 clock.pin = fx.at(tick * fx.tick_ms)
                 try:
                     submit_service(arrivals[tick], client, clock.pin)
@@ -595,7 +603,8 @@ def _api_process(fx: Fixture, share: int, shares: int, started: float, speedup: 
                     clock.pin = None
                 busy += time.perf_counter() - t0
                 submitted += len(arrivals[tick])
-        results.put({"submit_s": busy, "submitted": submitted, "cpu_s": time.process_time() - cpu})
+        results.put({"submit_s": busy, "submitted": submitted, "cpu_s": time.process_time() - cpu,
+                     "late_s": late, "late_max_s": late_max})
     finally:
         connections.close_all()
 
@@ -634,7 +643,7 @@ def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int =
     period = float(settings.FLEETDECK["PLACEMENT_ROUND_SECONDS"])
     beat = {"round": started, "tick": started}  # Celery beat runs each entry at start, then every period
     queued: list[tuple[float, float]] = []
-    admitted = ticks = finished = 0
+    admitted = ticks = finished = requested = 0
     tick_s = round_s = 0.0
     checked = 0.0
     cpu_started = time.process_time()
@@ -659,6 +668,7 @@ def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int =
                     _due, expires = heapq.heappop(queued)
                     if now > expires:
                         continue  # Celery drops an expired task unrun
+                    requested += 1
                     admitted += placement_round_task()["admitted"]
                     round_s += time.perf_counter() - t0
                     ticks += 1
@@ -691,6 +701,12 @@ def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int =
                 proc.kill()
     out = _measure(fx, total, ticks, wall, sum(s["submit_s"] for s in submitted), tick_s, round_s, 0, 0.0, admitted)
     out.cpu_s = time.process_time() - cpu_started + sum(s["cpu_s"] for s in submitted)
+    out.notes.append(
+        f"worker: {requested} round tasks queued by round_request, {ticks - requested} beat tasks (round or "
+        f"executor tick); API: each request went out on average {sum(s['late_s'] for s in submitted) / total:.2f} s "
+        f"after its workload's arrival (at most {max(s['late_max_s'] for s in submitted):.2f} s; the times to "
+        "admission count from the arrival, so they include it)"
+    )
     return out
 
 
@@ -869,6 +885,7 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float, mode: str, sp
         f"    CPU of the benchmark's process(es) {out.cpu_s:.1f} s in {out.wall_s:.1f} s of wall time (the rest: "
         "PostgreSQL and waiting)",
     ]
+    lines += [f"    {note}" for note in out.notes]
     if mode == "stepped":
         lines += [
             f"    real-time check: {out.slow_ticks} of {out.ticks} ticks took longer than the {fx.tick_ms} ms they "

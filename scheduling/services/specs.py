@@ -181,7 +181,31 @@ def _mig_profiles(flavor: GpuFlavor | None) -> set[str]:
     return {inst.get("profile", "") for insts in gpus.values_list("mig_instances", flat=True) for inst in insts or []}
 
 
-def parse_pod_set(raw: Any, index: int, sizes: dict[str | None, int]) -> PodSetDraft:
+def _valid(value: Any, max_length: int) -> bool:
+    """True when _str would take `value` without a word (the lookups below may query with it)."""
+    return isinstance(value, str) and 0 < len(value) <= max_length and not text_problem(value)
+
+
+def _flavors_named(raw_sets: list) -> dict[str, GpuFlavor]:
+    """The flavors the pod sets name, in one query (a gang of several pod sets names one flavor
+    several times); a name not found here is looked up again, for its error."""
+    names = {raw.get("flavor") for raw in raw_sets if isinstance(raw, dict) and _valid(raw.get("flavor"), 64)}
+    return {f.name: f for f in GpuFlavor.objects.filter(name__in=names)} if names else {}
+
+
+def _team_with_queue(team_name: str, raw_queue: Any) -> tuple[Team, Queue | None]:
+    """The team and, when the spec names one of the team's queues, that queue: one query for both.
+    Anything else (no queue, another team's, an unknown one) takes the lookups that word the error."""
+    if _valid(raw_queue, 64):
+        queue = Queue.objects.select_related("team").filter(name=raw_queue, team__name=team_name).first()
+        if queue is not None:
+            return queue.team, queue
+    return _lookup(Team, team_name, "team"), None
+
+
+def parse_pod_set(
+    raw: Any, index: int, sizes: dict[str | None, int], flavors: dict[str, GpuFlavor] | None = None
+) -> PodSetDraft:
     where = f"pod_sets[{index}]"
     if not isinstance(raw, dict):
         raise _fail(where, "Must be an object.")
@@ -192,7 +216,8 @@ def parse_pod_set(raw: Any, index: int, sizes: dict[str | None, int]) -> PodSetD
     replicas = _int(raw.get("replicas"), f"{where}.replicas", minimum=1, maximum=limits.MAX_REPLICAS)
     flavor = None
     if raw.get("flavor"):
-        flavor = _lookup(GpuFlavor, _str(raw["flavor"], f"{where}.flavor", max_length=64), "flavor")
+        flavor_name = _str(raw["flavor"], f"{where}.flavor", max_length=64)
+        flavor = (flavors or {}).get(flavor_name) or _lookup(GpuFlavor, flavor_name, "flavor")
         if flavor is None:  # pragma: no cover - _lookup raises
             raise _fail(f"{where}.flavor", "Unknown flavor.")
     if isinstance(raw.get("milli_gpu"), int) and raw["milli_gpu"] > 1000:
@@ -295,18 +320,19 @@ def parse_spec(spec: Any) -> WorkloadDraft:
     if unknown:
         raise _fail(sorted(unknown)[0], "Unknown field.")
     name = _str(spec.get("name"), "name", max_length=limits.MAX_WORKLOAD_NAME_LENGTH)
-    team = _lookup(Team, _str(spec.get("team"), "team", max_length=64), "team")
+    team, queue = _team_with_queue(_str(spec.get("team"), "team", max_length=64), spec.get("queue"))
     priority = _lookup(
         PriorityClass, _str(spec.get("priority_class"), "priority_class", max_length=64), "priority_class"
     )
-    queue = _queue_for(team, spec.get("queue"))
+    queue = queue or _queue_for(team, spec.get("queue"))
     raw_sets = spec.get("pod_sets")
     if not isinstance(raw_sets, list) or not raw_sets:
         raise _fail("pod_sets", "At least one pod set is required.")
     if len(raw_sets) > limits.MAX_POD_SETS:
         raise _fail("pod_sets", f"At most {limits.MAX_POD_SETS} pod sets.")
     sizes = node_sizes_by_flavor()
-    pod_sets = [parse_pod_set(raw, i, sizes) for i, raw in enumerate(raw_sets)]
+    flavors = _flavors_named(raw_sets)
+    pod_sets = [parse_pod_set(raw, i, sizes, flavors) for i, raw in enumerate(raw_sets)]
     names = [ps.name for ps in pod_sets]
     if len(set(names)) != len(names):
         raise _fail("pod_sets", "Pod set names must be unique.")
