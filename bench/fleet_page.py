@@ -1,12 +1,14 @@
-"""Fleet overview and node list at 1,250 nodes / 10,000 GPUs: ours vs a per-node-query baseline.
+"""Fleet overview, node list pages and the node export at 10,000 / 40,000 / 100,000 GPUs, against
+per-node-query baselines, with how each grows.
 
-    .venv/bin/python bench/fleet_page.py [--repeat 15] [--nodes 1250]
+    .venv/bin/python bench/fleet_page.py [--gpus 10000,40000,100000] [--repeat 15] [--naive-up-to 40000]
 
-Builds a throwaway database (a SQLite file in a temporary folder, or a test_ copy of the
-DATABASE_URL database), fills it with nodes, GPUs, running workloads, cordoned nodes and
-unhealthy GPUs, then requests each page N times through django.test.Client as a logged-in
-operator. Prints the median server time and the SQL query count of each, side by side with the
-baseline: the same page built the obvious way, with queries per node."""
+For each size builds a throwaway database (a SQLite file in a temporary folder, or a test_ copy
+of the DATABASE_URL database), fills it with nodes of 8 GPUs, running workloads, cordoned nodes
+and unhealthy GPUs, then requests each page N times through django.test.Client as a logged-in
+operator. Prints cold and median warm server time and the SQL query count of each, beside the
+baseline: the overview and list pages built the obvious way, with queries per node, and the
+export beside every node in one JSON answer (the list before it was paginated)."""
 from __future__ import annotations
 
 import argparse
@@ -137,12 +139,26 @@ def naive_node_list(limit: int = 500) -> bytes:
     return json.dumps({"count": Node.objects.count(), "results": items}, default=str).encode()
 
 
-def measure(fn: Callable[[], object], repeat: int) -> tuple[float, int]:
-    """Median wall time in ms over `repeat` runs after one warm-up, and the queries of one run."""
+def all_nodes_json() -> bytes:
+    """The baseline of the export: every node in one JSON answer, through the list's serializer and
+    queryset (what GET /api/v1/nodes/ answered before it was paginated)."""
+    from rest_framework.renderers import JSONRenderer
+
+    from fleet.api.serializers import NodeSerializer
+    from fleet.models import Node
+
+    return JSONRenderer().render(NodeSerializer(Node.objects.with_topology().with_gpu_counts(), many=True).data)
+
+
+def measure(fn: Callable[[], object], repeat: int) -> tuple[float, float, int]:
+    """Cold (the first call: empty caches, a fresh connection's plans) and median warm wall time in ms
+    over `repeat` runs, and the queries of one run."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
+    start = time.perf_counter()
     fn()
+    cold = (time.perf_counter() - start) * 1000
     with CaptureQueriesContext(connection) as captured:
         fn()
     # Read now: the slice is taken lazily from the log, which later requests reset.
@@ -152,41 +168,31 @@ def measure(fn: Callable[[], object], repeat: int) -> tuple[float, int]:
         start = time.perf_counter()
         fn()
         times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times), queries
+    return cold, statistics.median(times), queries
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=1250)
-    parser.add_argument("--repeat", type=int, default=15, help="timed runs of ours (the baseline gets a third)")
-    args = parser.parse_args()
-    tmp = tempfile.TemporaryDirectory(prefix="fleetdeck-bench-")
-    os.environ["FLEETDECK_VAR_DIR"] = tmp.name
-    (Path(tmp.name) / "staticfiles").mkdir()  # STATIC_ROOT: WhiteNoise warns when it is missing
-
-    import django
-
-    django.setup()
+def measure_size(nodes: int, repeat: int, naive: bool) -> dict[str, tuple]:
+    """One fleet of `nodes` x 8 GPUs in a scratch database: each row's (ours, baseline or None)."""
     from django.db import connection
     from django.test import Client
-    from django.test.utils import setup_test_environment
 
-    setup_test_environment()
-    if connection.vendor == "sqlite":
-        connection.settings_dict["TEST"]["NAME"] = str(Path(tmp.name) / "bench.sqlite3")
+    from console.selectors import fleet_overview
+    from core.pagination import MAX_PAGE_LIMIT
+    from fleet.models import Gpu, Node
+
+    original = connection.settings_dict["NAME"]
     db_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
     try:
         started = time.perf_counter()
-        build_fleet(args.nodes)
-        from console.selectors import fleet_overview
-        from fleet.models import Gpu, Node
-
-        print(f"database: {connection.vendor} ({db_name}); {Node.objects.count()} nodes, "
-              f"{Gpu.objects.count()} GPUs; built in {time.perf_counter() - started:.1f} s")
-        ours, naive = fleet_overview(), naive_fleet_overview()
-        assert (ours.total, len(ours.cordoned)) == (naive.total, len(naive.cordoned)), "baseline disagrees"
-        print(f"overview: {ours.total.allocatable} allocatable, {ours.total.allocated} allocated, "
-              f"{ours.total.fully_free_nodes} fully free nodes, {len(ours.cordoned)} cordoned\n")
+        build_fleet(nodes)
+        print(f"\n== {nodes:,} nodes, {Gpu.objects.count():,} GPUs ({connection.vendor}, {db_name}); built in "
+              f"{time.perf_counter() - started:.1f} s")
+        ours = fleet_overview()
+        if naive:
+            check = naive_fleet_overview()
+            assert (ours.total, len(ours.cordoned)) == (check.total, len(check.cordoned)), "baseline disagrees"
+        print(f"   overview: {ours.total.allocatable:,} allocatable, {ours.total.allocated:,} allocated, "
+              f"{ours.total.fully_free_nodes:,} fully free nodes, {len(ours.cordoned)} cordoned")
 
         client = Client()
         assert client.login(username="bench-ops", password="bench-ops-pw")
@@ -195,31 +201,102 @@ def main() -> int:
             def fetch():
                 response = client.get(path)
                 assert response.status_code == 200, (path, response.status_code)
-                return response
+                if response.streaming:
+                    return b"".join(response.streaming_content)
+                return response.content
             return fetch
+
+        def walk_pages() -> int:
+            url, rows = f"/api/v1/nodes/?limit={MAX_PAGE_LIMIT}", 0
+            while url:
+                body = json.loads(get(url)())
+                rows += len(body["results"])
+                url = body["next"]
+            assert rows == Node.objects.count()
+            return rows
+
+        def first_byte() -> bytes:
+            response = client.get("/api/v1/nodes/export/")
+            chunk = next(iter(response.streaming_content))
+            response.close()
+            return chunk
 
         def overview_page_naive():
             with mock.patch("console.views.fleet_overview", naive_fleet_overview):
                 return get("/")()
 
-        slow_repeat = max(3, args.repeat // 3)
-        rows = [
-            ("fleet overview selector", measure(fleet_overview, args.repeat),
-             measure(naive_fleet_overview, slow_repeat)),
-            ("GET / (overview page)", measure(get("/"), args.repeat), measure(overview_page_naive, slow_repeat)),
-            ("GET /api/v1/nodes/ (500)", measure(get("/api/v1/nodes/"), args.repeat),
-             measure(naive_node_list, slow_repeat)),
-            (f"GET /api/v1/nodes/?limit={args.nodes}", measure(get(f"/api/v1/nodes/?limit={args.nodes}"), args.repeat),
-             measure(lambda: naive_node_list(args.nodes), slow_repeat)),
-        ]
-        print(f"{'':34} {'ours ms':>9} {'queries':>8}   {'naive ms':>9} {'queries':>8}   {'speed-up':>8}")
-        for label, (ms, q), (naive_ms, naive_q) in rows:
-            flag = "" if ms < TARGET_MS else f"  over {TARGET_MS} ms target"
-            print(f"{label:34} {ms:9.1f} {q:8d}   {naive_ms:9.1f} {naive_q:8d}   {naive_ms / ms:7.1f}x{flag}")
-        print(f"\nmedian of {args.repeat} runs (baseline {slow_repeat}) after one warm-up; target < {TARGET_MS} ms.")
+        slow = max(3, repeat // 3)
+        exported = get("/api/v1/nodes/export/")().count(b"\n") - 1
+        assert exported == Node.objects.count(), (exported, Node.objects.count())
+        rows: dict[str, tuple] = {
+            "fleet overview selector": (fleet_overview, naive_fleet_overview if naive else None),
+            "GET / (overview page)": (get("/"), overview_page_naive if naive else None),
+            "GET /api/v1/nodes/ (default page, 500)": (get("/api/v1/nodes/"), lambda: naive_node_list(500)),
+            f"GET /api/v1/nodes/?limit={MAX_PAGE_LIMIT}": (get(f"/api/v1/nodes/?limit={MAX_PAGE_LIMIT}"),
+                                                           lambda: naive_node_list(MAX_PAGE_LIMIT)),
+            f"all nodes: every page of {MAX_PAGE_LIMIT}": (walk_pages, None),
+            "all nodes: GET /api/v1/nodes/export/ CSV": (get("/api/v1/nodes/export/"), all_nodes_json),
+            "export: first byte of the stream": (first_byte, None),
+        }
+        return {label: (measure(fn, repeat), measure(base, slow) if base else None)
+                for label, (fn, base) in rows.items()}
     finally:
-        connection.creation.destroy_test_db(db_name, verbosity=0)
+        # Back to the original name, so the next size's scratch database is test_<name> again.
+        connection.creation.destroy_test_db(original, verbosity=0)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", default="10000,40000,100000", help="fleet sizes in GPUs (8 per node)")
+    parser.add_argument("--repeat", type=int, default=15, help="timed runs of ours (the baseline gets a third)")
+    parser.add_argument("--naive-up-to", type=int, default=40000,
+                        help="run the per-node-query baselines of the overview up to this many GPUs (slow)")
+    args = parser.parse_args()
+    try:
+        sizes = [int(x) // 8 for x in args.gpus.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1 or args.repeat < 1:
+        print("error: --gpus must be a comma-separated list of sizes >= 8, --repeat >= 1", file=sys.stderr)
+        return 2
+    tmp = tempfile.TemporaryDirectory(prefix="fleetdeck-bench-")
+    os.environ["FLEETDECK_VAR_DIR"] = tmp.name
+    (Path(tmp.name) / "staticfiles").mkdir()  # STATIC_ROOT: WhiteNoise warns when it is missing
+
+    import django
+
+    django.setup()
+    from django.db import connection
+    from django.test.utils import setup_test_environment
+
+    setup_test_environment()
+    if connection.vendor == "sqlite":
+        connection.settings_dict["TEST"]["NAME"] = str(Path(tmp.name) / "bench.sqlite3")
+    print("timed: server time of each request through django.test.Client as a logged-in operator (URL routing, "
+          "middleware,\nsession, queries, rendering; a streamed answer read to its end), no network. cold = the "
+          f"first request, warm = median of {args.repeat}\n(baselines: a third of that, at least 3).")
+    results = {}
+    try:
+        for nodes in sizes:
+            results[nodes] = measure_size(nodes, args.repeat, naive=nodes * 8 <= args.naive_up_to)
+            print(f"{'':42} {'cold ms':>9} {'warm ms':>9} {'queries':>8}   {'baseline ms':>11} {'queries':>8}")
+            for label, ((cold, ms, q), base) in results[nodes].items():
+                flag = "" if ms < TARGET_MS else f"  over {TARGET_MS} ms"
+                other = f"{base[1]:11.1f} {base[2]:8d}" if base else f"{'-':>11} {'-':>8}"
+                print(f"{label:42} {cold:9.1f} {ms:9.1f} {q:8d}   {other}{flag}")
+    finally:
         tmp.cleanup()
+    print("\nbaselines: the overview and the page built with queries per node (naive_fleet_overview), the list pages "
+          "with\nqueries per node (naive_node_list), the export against every node in one JSON answer (the list before "
+          "pagination).")
+    if len(sizes) > 1:
+        print("\nscaling, warm ms (growth from the size before; linear = the same factor as the GPUs)")
+        print(f"{'':42}" + "".join(f"{n * 8:>10,} GPUs" + (f" ({n / sizes[i - 1]:g}x)" if i else "      ")
+                                   for i, n in enumerate(sizes)))
+        for label in results[sizes[0]]:
+            cells = [results[n][label][0][1] for n in sizes]
+            print(f"{label:42}" + "".join(f"{c:>15.1f}" + (f" ({c / cells[i - 1]:3.1f}x)" if i else "       ")
+                                          for i, c in enumerate(cells)))
     return 0
 
 
