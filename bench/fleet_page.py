@@ -272,6 +272,9 @@ def main() -> int:
     setup_test_environment()
     if connection.vendor == "sqlite":
         connection.settings_dict["TEST"]["NAME"] = str(Path(tmp.name) / "bench.sqlite3")
+    else:
+        # A name of its own: test_<name> is the test suite's, which may be running at the same time.
+        connection.settings_dict["TEST"]["NAME"] = f"{connection.settings_dict['NAME']}_bench_fleet_page_{os.getpid()}"
     print("timed: server time of each request through django.test.Client as a logged-in operator (URL routing, "
           "middleware,\nsession, queries, rendering; a streamed answer read to its end), no network. cold = the "
           f"first request, warm = median of {args.repeat}\n(baselines: a third of that, at least 3).")
