@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import filters as drf_filters
 from rest_framework import serializers, viewsets
 
 from core.filters import StrictFilterBackend
@@ -28,13 +29,16 @@ class AuditEventSerializer(serializers.ModelSerializer):
 
 @extend_schema_view(
     list=extend_schema(summary="List audit events", description="Newest first. Operators see every event; others "
-                       "those about their teams' objects, those they caused and those about their account."),
+                       "those about their teams' objects, those they caused and those about their account. The "
+                       "history of one object: ?target_type=scheduling.queue&target_id=<its id>; ?search= matches "
+                       "object, reason, actor and verb."),
     retrieve=extend_schema(summary="Get an audit event"),
 )
 class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = AuditEventSerializer
     filterset_class = AuditEventFilterSet
-    filter_backends = [StrictFilterBackend]
+    filter_backends = [StrictFilterBackend, drf_filters.SearchFilter]
+    search_fields = ["target_repr", "reason", "actor", "verb"]
 
     def get_queryset(self):
         return audit_events_visible_to(self.request.user)

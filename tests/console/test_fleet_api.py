@@ -1,8 +1,11 @@
 """/api/v1/fragmentation/ and /api/v1/idle-gpus/ give the overview's numbers (issue 15 §3)."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 from fleet.choices import GpuHealth
 from fleet.models import Gpu
+from health.services import ReadingRow, readings_store
 from scheduling.models import Allocation
 from tests.cluster import FLAVOR, api_for, run_round, submit, training
 
@@ -24,6 +27,16 @@ def test_fragmentation_matches_the_overview_table(client, research_queue, operat
     assert answer["total"]["free"] == 59
 
 
-def test_idle_gpus_answers_with_its_source_and_window(viewer, research_queue):
+def test_idle_gpus_lists_the_allocated_gpu_that_stayed_idle(research_queue, team_member, viewer, clock):
+    submit(api_for(team_member), **training("train-A", 8))
+    run_round(clock)
+    gpus = list(Gpu.objects.filter(node__name="n1").order_by("index"))
+    start = clock.now
+    for minute in range(31):  # GPU 0 idle for 30 minutes, the others busy
+        rows = [ReadingRow(gpu_id=g.pk, sm_active=0.01 if g.index == 0 else 0.6) for g in gpus]
+        readings_store(rows=rows, source="dcgm", now=start + timedelta(minutes=minute))
+    clock.advance(30 * 60 + 30)
     answer = api_for(viewer).get("/api/v1/idle-gpus/").json()
-    assert answer["gpus"] == [] and answer["window_minutes"] == 30 and answer["source"]
+    assert answer["window_minutes"] == 30 and answer["notice"] == ""
+    assert [(g["node"], g["gpu_index"], g["workload"], g["team"]) for g in answer["gpus"]] == [
+        ("n1", 0, "train-A", "research")]

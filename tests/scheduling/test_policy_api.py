@@ -292,6 +292,8 @@ def test_the_audit_history_of_a_queue_is_one_filter_away(operator, team, cluster
     client.patch("/api/v1/queues/q/", {"quotas": [{"flavor": FLAVOR, "nominal": 16}]}, format="json")
     history = client.get(f"/api/v1/audit-events/?target_type=scheduling.queue&target_id={queue['id']}").json()
     assert [e["verb"] for e in history["results"]] == ["queue.update", "queue.create"]
+    found = client.get("/api/v1/audit-events/?search=queue.upd").json()["results"]
+    assert [(e["verb"], e["target_repr"]) for e in found] == [("queue.update", "q")]
 
 
 def test_a_viewer_is_refused_every_write_and_nothing_is_audited(viewer, research_queue):
