@@ -664,7 +664,8 @@ def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int =
                         pass
                     continue
                 t0 = time.perf_counter()
-                if queued and queued[0][0] <= now:
+                # The broker hands out whichever task came due first.
+                if queued and queued[0][0] <= min(beat.values()):
                     _due, expires = heapq.heappop(queued)
                     if now > expires:
                         continue  # Celery drops an expired task unrun
@@ -672,7 +673,7 @@ def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int =
                     admitted += placement_round_task()["admitted"]
                     round_s += time.perf_counter() - t0
                     ticks += 1
-                elif beat["round"] <= now:
+                elif beat["round"] <= beat["tick"]:
                     # A beat task expires after one period (the schedule's options): a late worker
                     # runs the newest one only.
                     while beat["round"] <= now:

@@ -158,7 +158,7 @@ def test_the_placement_round_command_prints_its_decisions(research_queue, capsys
 
 
 def test_requests_share_the_queued_round_until_it_starts_then_queue_the_next(
-    research_queue, settings, monkeypatch, django_capture_on_commit_callbacks
+    research_queue, settings, monkeypatch, django_capture_on_commit_callbacks, clock
 ):
     from scheduling import tasks
     from scheduling.services import round_requests
