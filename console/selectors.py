@@ -13,13 +13,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, Q
 from django.utils import timezone
 
 from core.models import AuditEvent
 from fleet.choices import NODE_STATE_COLORS, GpuHealth, NodeState
 from fleet.models import Gpu, GpuFlavor, Node, Rack
-from fleet.querysets import active_allocations
 from health import telemetry
 from scheduling.choices import WORKLOAD_STATE_COLORS
 from scheduling.models import Allocation
@@ -377,11 +375,7 @@ def node_detail(name: str) -> NodeDetail:
 def node_table_rows():
     """Nodes with their rack, flavor and GPU counts (total, unhealthy, free) for the nodes table.
     Free as the overview counts it: a healthy GPU nothing holds, on a ready node."""
-    held = active_allocations().values("gpu_id")
-    return Node.objects.with_topology().with_gpu_counts().annotate(
-        gpu_free=Count("gpus", distinct=True, filter=Q(state=NodeState.READY, gpus__health=GpuHealth.HEALTHY)
-                       & ~Q(gpus__in=held)),
-    )
+    return Node.objects.with_topology().with_gpu_counts().with_free_gpus()
 
 
 def gpu_table_rows():

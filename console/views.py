@@ -17,6 +17,7 @@ from fleet.forms import NodeReasonForm
 from fleet.models import Gpu, Node
 from health.services import gpu_mark_healthy, unfinished_ticket
 from scheduling.quota_requests.selectors import sizing_signals
+from scheduling.saturation import saturation
 
 from . import charts
 from .filtersets import GpuTableFilterSet, NodeTableFilterSet
@@ -48,6 +49,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "state_legend": [(NodeState(s).label, color) for s, color in NODE_STATE_COLORS.items()],
         # Operators size quotas: queues pinned at or idling far below theirs (three queries at most).
         "sizing_signals": sizing_signals() if is_operator(request.user) else None,
+        "saturation": saturation(),
     }
     return render(request, "fleet/overview.html", context)
 

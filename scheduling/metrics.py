@@ -1,6 +1,6 @@
 """Scheduler metrics for /metrics, read from the database at scrape time.
 
-Histograms are rebuilt from rows on every scrape (time-to-bind from workloads, round durations
+Histograms are rebuilt from rows on every scrape (time-to-bind from the workloads' transitions, round durations
 from PlacementRound rows, which are kept ROUND_HISTORY_DAYS), so they are exact over that data
 rather than process-local counters that a restart would reset."""
 
@@ -13,10 +13,13 @@ from django.db.models import Count, Min, Q, Sum
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from . import saturation
 from .choices import WAITING_STATES, WorkloadState
 from .models import PlacementRound, Preemption, Workload, WorkloadTransition
 
-BIND_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
+# From 10 ms (a round admitting a just-submitted workload) to a day in the queue.
+BIND_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
+HISTORY_DAYS = 7  # as the placement rounds' history (scheduling.services.rounds.ROUND_HISTORY_DAYS)
 ROUND_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -52,20 +55,48 @@ def _pending() -> Iterable[Metric]:
 
 
 def _time_to_bind() -> Metric:
-    bound = Workload.objects.filter(time_to_bind__isnull=False)
-    aggregates = {
-        f"le_{i}": Count("pk", filter=Q(time_to_bind__lte=timedelta(seconds=b))) for i, b in enumerate(BIND_BUCKETS)
-    }
-    counts = bound.aggregate(**aggregates, n=Count("pk"), total=Sum("time_to_bind"))
-    total = counts["total"].total_seconds() if counts["total"] else 0.0
+    """Every admission once (a restart is its own admission), over the rounds' kept history."""
+    since = timezone.now() - timedelta(days=HISTORY_DAYS)
+    waits = [a.wait_seconds for a in saturation.admissions(since=since)]
+    counts = {f"le_{i}": sum(w <= b for w in waits) for i, b in enumerate(BIND_BUCKETS)}
     return _histogram(
         "fleetdeck_time_to_bind_seconds",
-        "Wait from submission (or requeue) to admission",
+        f"Wait from entering the queue (submission or requeue) to admission, each admission of the last "
+        f"{HISTORY_DAYS} days once",
         counts,
         BIND_BUCKETS,
-        total,
-        counts["n"],
+        sum(waits),
+        len(waits),
     )
+
+
+def _saturation() -> Iterable[Metric]:
+    """The overview's saturation signals (scheduling.saturation), over its window."""
+    now = timezone.now()
+    sat = saturation.saturation(now=now)
+    window = f"last {sat.window_hours} h"
+    oldest = GaugeMetricFamily("fleetdeck_pending_oldest_age_seconds_by_class",
+                               "Age of the oldest waiting workload per priority class", labels=["priority_class"])
+    for row in sat.pending:
+        if row.oldest_age_seconds is not None:
+            oldest.add_metric([row.name], row.oldest_age_seconds)
+    yield oldest
+    wait = GaugeMetricFamily("fleetdeck_queue_wait_seconds",
+                             f"Time to admission by GPUs asked, p50 and p95 of the admissions of the {window}",
+                             labels=["size", "quantile"])
+    for row in sat.wait_by_size:
+        for q, value in (("0.5", row.p50_seconds), ("0.95", row.p95_seconds)):
+            if value is not None:
+                wait.add_metric([row.label, q], value)
+    yield wait
+    if sat.time_to_bind_p95_seconds is not None:
+        yield GaugeMetricFamily("fleetdeck_time_to_bind_p95_seconds", f"p95 time to admission, {window}",
+                                value=sat.time_to_bind_p95_seconds)
+    yield GaugeMetricFamily("fleetdeck_preemptions_per_hour", f"Preemptions started per hour, {window}",
+                            value=sat.preemptions_per_hour)
+    yield GaugeMetricFamily("fleetdeck_idle_gpus_unusable_by_pending",
+                            "Idle GPUs (healthy, free, on ready nodes) on nodes where no waiting workload fits "
+                            "one replica", value=sat.idle_gpus_unusable)
 
 
 def _rounds() -> Metric:
@@ -103,5 +134,6 @@ def _decisions() -> Iterable[Metric]:
 def collect_scheduling() -> Iterable[Metric]:
     yield from _pending()
     yield _time_to_bind()
+    yield from _saturation()
     yield _rounds()
     yield from _decisions()
