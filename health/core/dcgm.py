@@ -150,7 +150,7 @@ def _gpu_key(labels: dict[str, str]) -> tuple[str, str, str] | None:
 class _Block:
     """One distinct label block of a payload, read once: its labels and what they mean."""
 
-    __slots__ = ("labels", "key", "workload", "xid", "series", "builder")
+    __slots__ = ("labels", "key", "workload", "xid", "series", "plain", "builder")
 
     def __init__(self, labels: dict[str, str]) -> None:
         self.labels = labels
@@ -159,6 +159,7 @@ class _Block:
         self.xid = _int(labels.get("xid"))
         parts = [f'{name}="{labels[name]}"' for name in SERIES_LABELS if name in labels]
         self.series = "{" + ",".join(parts) + "}" if parts else ""
+        self.plain = self.xid is None and not parts  # a sample of it only sets its metric (see _parse_fast)
         self.builder: _Builder | None = None  # the GPU's, once a sample of this block was not blank
 
 
@@ -346,14 +347,14 @@ def _labels(block: str) -> dict[str, str]:
     return _prom_parser.parse_labels(block, False)  # escapes, reserved or repeated names: the parser decides
 
 
-def _comment(line: str, family: str, counter: bool) -> tuple[str, bool]:
+def _comment(line: str, family: str, counter: bool, names: set[str]) -> tuple[str, bool]:
     """The family state after a comment line, as prometheus_client's text parser keeps it."""
     if line.startswith(("# HELP ", "# TYPE ")):
         # The exporters' own spelling, read without the regex: "# HELP NAME text", "# TYPE NAME type"
         # with single spaces, a name _HELP_TYPE would take whole, a type the fast path takes on.
         space = line.find(" ", 7)
         name = line[7:space]
-        if space > 7 and _LEGACY_NAME.fullmatch(name):
+        if space > 7 and (name in names or _legacy(name, names)):
             if line[2] == "H":
                 return (family, counter) if name == family else (name, False)
             kind = line[space + 1:]
@@ -380,13 +381,14 @@ def _parse_fast(text: str, keep: frozenset[str] | None) -> list[DcgmSample]:
     # Store mode: the texts of the blocks whose lines of an unread family change nothing (their GPU has
     # them, they name no Xid). A line "FAMILY{block}rest" of the current family then costs one test.
     skippable: set[str] = set()
-    prefix, metric, unread = "", "", False  # "FAMILY{", what its samples are read as, whether store mode skips it
+    state = _family("", False, keep)
+    prefix, cut, metric, unread, kept, how = state[:6]
     for line in text.split("\n"):  # the parser splits on "\n" only, and strips each line
         if prefix and line.startswith(prefix):
             # A sample of the current family (nearly every line). What the general path below does with it,
             # without stripping (whitespace around the line is outside "FAMILY{...}"), finding the name or
             # checking it (the family's name is a legacy one), or changing family.
-            cut, end = len(prefix), line.rfind("}")
+            end = line.rfind("}")
             if end >= cut:
                 block_text = line[cut:end]
                 if unread and block_text in skippable:
@@ -395,7 +397,32 @@ def _parse_fast(text: str, keep: frozenset[str] | None) -> list[DcgmSample]:
                 if block is not None:
                     if unread and (block.key is None or (block.builder is not None and block.xid is None)):
                         continue  # changes nothing (see below)
-                    _read(builders, block, metric, _value(line[end + 1:].rstrip()), keep)
+                    token = line[end + 1:].strip()  # _value's cases, the common ones inline
+                    if " " in token or "\t" in token or "_" in token:
+                        value = _value(line[end + 1:].rstrip())
+                    elif "." in token:
+                        value = float(token)
+                    else:
+                        try:
+                            value = int(token)
+                        except ValueError:
+                            value = float(token)
+                    builder = block.builder
+                    if builder is None or not block.plain or not (
+                            value == value and value < _INT64_BLANK and value not in _SENTINELS):
+                        _read(builders, block, metric, value, keep)
+                    elif kept:
+                        # What _read and _Builder.add do with a non-blank sample of a GPU seen already
+                        # from a block that names no Xid and no series label: set the metric and its field.
+                        builder.metrics[metric] = value
+                        if how is not None:
+                            fields = builder.fields
+                            if how == "last" or metric not in fields:
+                                fields[metric] = value
+                            elif how == "sum":
+                                fields[metric] += value
+                            else:
+                                fields[metric] = max(fields[metric], value)
                     if keep is not None and (block.key is None or (block.builder is not None and block.xid is None)):
                         skippable.add(block_text)
                     continue
@@ -403,8 +430,10 @@ def _parse_fast(text: str, keep: frozenset[str] | None) -> list[DcgmSample]:
         if not line:
             continue
         if line[0] == "#":
-            family, counter = _comment(line, family, counter)
-            prefix, metric, unread = _family(family, counter, keep)
+            family, counter = _comment(line, family, counter, names)
+            if state[6] != family or state[7] != counter:
+                state = _family(family, counter, keep)
+                prefix, cut, metric, unread, kept, how = state[:6]
             continue
         brace, end = line.find("{"), line.rfind("}")
         # A known name before a known block, then no "}": the regex below would cut it the same way.
@@ -413,7 +442,9 @@ def _parse_fast(text: str, keep: frozenset[str] | None) -> list[DcgmSample]:
         name = line[:brace]
         if block is not None and (name in names or _legacy(name, names)):
             if name != family:  # a sample of no current family: an untyped family of its own
-                family, counter, prefix, unread = "", False, "", False
+                family, counter = "", False
+                state = _family(family, counter, keep)
+                prefix, cut, metric, unread, kept, how = state[:6]
             if keep is not None and name not in _KEPT_OR_TOTAL and (
                     block.key is None or (block.builder is not None and block.xid is None)):
                 continue  # changes nothing: the GPU has this block's labels already and it names no Xid
@@ -422,7 +453,9 @@ def _parse_fast(text: str, keep: frozenset[str] | None) -> list[DcgmSample]:
             name, block, value, block_text = _sample(line, blocks)
             names.add(name)
             if name != family:
-                family, counter, prefix, unread = "", False, "", False
+                family, counter = "", False
+                state = _family(family, counter, keep)
+                prefix, cut, metric, unread, kept, how = state[:6]
         # prometheus_client names a counter family "X_total" X (and its samples X_total): read them as X.
         _read(builders, block, name[:-6] if counter and name.endswith("_total") else name, value, keep)
         if keep is not None and block_text is not None and (
@@ -431,13 +464,17 @@ def _parse_fast(text: str, keep: frozenset[str] | None) -> list[DcgmSample]:
     return [builder.build() for builder in builders.values()]
 
 
-def _family(family: str, counter: bool, keep: frozenset[str] | None) -> tuple[str, str, bool]:
-    """After a comment: "FAMILY{" (its samples' start; "" for none), the name its samples are read as,
-    and whether store mode reads it only for the GPUs and Xids it names."""
+def _family(family: str, counter: bool, keep: frozenset[str] | None) -> tuple:
+    """What the fast path reads the current family's samples with: "FAMILY{" (their start; "" for no
+    family) and its length, the name they are read as, whether store mode reads them only for the GPUs
+    and Xids they name, whether `metrics` keeps them, how their named field combines (_FIELDS; None:
+    no field); then the family's name and whether it is a counter (to know when it changes)."""
     if not family:
-        return "", "", False
+        return "", 0, "", False, False, None, "", False
     metric = family[:-6] if counter and family.endswith("_total") else family
-    return family + "{", metric, keep is not None and family not in _KEPT_OR_TOTAL
+    spec = _FIELDS.get(metric)
+    return (family + "{", len(family) + 1, metric, keep is not None and family not in _KEPT_OR_TOTAL,
+            keep is None or metric in keep, spec[2] if spec else None, family, counter)
 
 
 def _legacy(name: str, names: set[str]) -> bool:
