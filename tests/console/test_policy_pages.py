@@ -118,3 +118,23 @@ def test_a_cohort_is_created_and_renamed(client, operator):
     client.post(f"/policy/cohorts/{cohort.pk}/", {"name": "shared"})
     assert Cohort.objects.get(pk=cohort.pk).name == "shared"
     assert PriorityClass.objects.count() == 0
+
+
+def test_the_queue_form_edits_a_queue_in_place(client, operator, research_queue, cluster):
+    client.force_login(operator)
+    form = client.get(f"/policy/queues/{research_queue.pk}/").context["form"]
+    f = cluster.pk
+    assert (form.initial["name"], form.initial[f"nominal_{f}"]) == ("research-q", 64)
+    response = client.post(f"/policy/queues/{research_queue.pk}/", {
+        "name": "research-q", "team": "research", "reclaim_within_cohort": "LowerPriority",
+        f"nominal_{f}": "48", f"borrowing_limit_{f}": "8"})
+    assert response.status_code == 302, response.context["form"].errors
+    research_queue.refresh_from_db()
+    quota = research_queue.quotas.get()
+    assert (research_queue.reclaim_within_cohort, quota.nominal, quota.borrowing_limit) == ("LowerPriority", 48, 8)
+    event = AuditEvent.objects.get(verb="queue.update")
+    assert event.before["reclaim_within_cohort"] == "Any" and event.after["quotas"][FLAVOR]["nominal"] == 48
+    # Clearing the nominal removes the flavor's quota.
+    client.post(f"/policy/queues/{research_queue.pk}/", {"name": "research-q", "team": "research",
+                                                         "reclaim_within_cohort": "Any"})
+    assert not research_queue.quotas.exists()
