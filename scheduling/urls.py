@@ -7,6 +7,7 @@ urlpatterns: list = [
     path("", include("scheduling.quota_requests.urls")),
     path("queues/", views.queues, name="queues"),
     path("workloads/", views.workloads, name="workloads"),
+    path("workloads/new/", views.workload_submit_view, name="workload-submit"),
     path("workloads/<int:pk>/", views.workload_detail, name="workload"),
     path("workloads/<int:pk>/cancel/", views.workload_cancel_view, name="workload-cancel"),
     path("preemptions/", views.preemptions, name="preemptions"),

@@ -9,11 +9,12 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from core.actors import Actor
-from core.roles import is_operator, may_act_for_team
+from core.roles import is_operator, may_act_for_team, team_ids
 from core.tables import table_page
 from fleet.models import Gpu, Node
 
@@ -22,7 +23,8 @@ from .filtersets import WorkloadTableFilter
 from .forms import NodeDrainForm, WorkloadCancelForm
 from .models import Allocation, PlacementRound, PodSet, Preemption, Workload
 from .selectors import checkpoint_advice, queue_positions, queue_usage, workload_placements
-from .services import node_drain, workload_cancel, workloads_on_node
+from .services import node_drain, workload_cancel, workload_submit, workloads_on_node
+from .submit_form import WorkloadSubmitForm
 from .tables import WorkloadTable
 
 
@@ -55,8 +57,11 @@ def queues(request):
 
 def workloads(request):
     filterset = WorkloadTableFilter(request.GET, queryset=_workloads().visible_to(request.user))
+    may_submit = is_operator(request.user) or bool(team_ids(request.user))
     return table_page(request, title="Workloads", table_class=WorkloadTable, filterset=filterset,
-                      export_name="workloads")
+                      export_name="workloads",
+                      context={"actions": [("Submit a workload", reverse("scheduling:workload-submit"))]
+                               if may_submit else []})
 
 
 def _placement_map(workload: Workload, placements: list[dict]) -> list[dict]:
@@ -106,6 +111,29 @@ def workload_detail(request, pk: int):
             "cancel_form": WorkloadCancelForm(),
         },
     )
+
+
+@require_http_methods(["GET", "POST"])
+def workload_submit_view(request):
+    """Team members submit for their own teams, operators for any; viewers may not."""
+    if not (is_operator(request.user) or team_ids(request.user)):
+        raise PermissionDenied("Only team members and operators submit workloads.")
+    form = WorkloadSubmitForm(request.POST or None, user=request.user)
+    status = 200
+    if request.method == "POST":
+        status = 400
+        if form.is_valid():
+            try:
+                workload = workload_submit(spec=form.spec(), actor=Actor.for_user(request.user))
+            except ValidationError as exc:
+                form.add_service_errors(exc.message_dict)
+            except PermissionDenied as exc:
+                form.add_error("team", str(exc))
+                status = 403
+            else:
+                messages.success(request, f"{workload.name} submitted to {workload.queue.name}.")
+                return redirect("scheduling:workload", pk=workload.pk)
+    return render(request, "scheduling/workload_submit.html", {"form": form}, status=status)
 
 
 @require_POST
