@@ -400,11 +400,15 @@ def _ingest_healthy(items: Sequence[tuple[Node, list[dcgm.DcgmSample]]], *, now:
 def _nodes_gpus(pks: set[int]) -> dict[int, tuple[dict[str, GpuRef], dict[int, GpuRef]]]:
     """The nodes' GPUs by node id, by UUID and by index as matching looks them up."""
     by_node: dict[int, tuple[dict[str, GpuRef], dict[int, GpuRef]]] = {}
+    buses: dict[str, str | None] = {}  # a fleet's nodes share a handful of bus ids: each normalised once here
     ids = sorted(pks)
     for start in range(0, len(ids), _IDS_PER_STATEMENT):
         chunk = Gpu.objects.filter(node_id__in=ids[start:start + _IDS_PER_STATEMENT]).order_by()
         for pk, uuid, node_id, index, pci_bus_id in chunk.values_list(*_REF_FIELDS):
-            gpu = GpuRef(pk, uuid, node_id, index, pci_bus_id, _bus(pci_bus_id))
+            bus = buses.get(pci_bus_id, "")
+            if bus == "":
+                bus = buses[pci_bus_id] = _bus(pci_bus_id)
+            gpu = GpuRef(pk, uuid, node_id, index, pci_bus_id, bus)
             by_uuid, by_index = by_node.setdefault(node_id, ({}, {}))
             by_uuid[uuid] = by_index[index] = gpu
     return by_node
