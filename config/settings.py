@@ -246,6 +246,10 @@ FLEETDECK = {
     # order), like Slurm's default_queue_depth: a deep backlog does not slow every round down.
     # Those further back wait behind that many of their own queue; 0 considers every one.
     "ROUND_QUEUE_DEPTH": env_int("ROUND_QUEUE_DEPTH", 16),
+    # Each process keeps the fleet's scheduling state between rounds, updated from the change
+    # journal (scheduling.state_cache), and reloads it whole at least this often as a safety net.
+    "STATE_CACHE": env_bool("STATE_CACHE", True),
+    "STATE_CACHE_RELOAD_SECONDS": env_int("STATE_CACHE_RELOAD_SECONDS", 300),
     # Fragmentation-aware placement keeps room for the replica shapes submitted over this many
     # days (0: plain best fit), the most frequent FRAGMENTATION_MIX_SHAPES of them.
     "FRAGMENTATION_HISTORY_DAYS": env_int("FRAGMENTATION_HISTORY_DAYS", 7),

@@ -8,15 +8,25 @@ from collections.abc import Sequence
 
 from django.db import connection, models
 
+# From this many rows PostgreSQL gets them by COPY: binding arrays is quoted value by value in
+# Python (Django's client-side binding), COPY's rows are formatted by psycopg's C code.
+COPY_FROM_ROWS = 200
+
 
 def insert_rows(*, model: type[models.Model], fields: Sequence[str], rows: Sequence[tuple]) -> None:
-    """Insert plain rows (tuples in `fields` order); on PostgreSQL one INSERT ... unnest(arrays)."""
+    """Insert plain rows (tuples in `fields` order); on PostgreSQL one INSERT ... unnest(arrays),
+    or one COPY for many rows. Either is one statement: constraints, indexes and triggers
+    (statement-level ones included) see all the rows at once, as for one INSERT."""
     if not rows:
         return
     if connection.vendor != "postgresql":
         model.objects.bulk_create([model(**dict(zip(fields, row, strict=True))) for row in rows], batch_size=2000)
         return
     columns = [model._meta.get_field(name) for name in fields]
+    if len(rows) >= COPY_FROM_ROWS:
+        copy_rows(connection.ops.quote_name(model._meta.db_table), [col.column for col in columns],
+                  _json_as_text(columns, rows))
+        return
     arrays = [column_values(col, [row[i] for row in rows]) for i, col in enumerate(columns)]
     casts = ", ".join(f"%s::{col.db_type(connection)}[]" for col in columns)
     names = ", ".join(connection.ops.quote_name(col.column) for col in columns)
@@ -25,6 +35,26 @@ def insert_rows(*, model: type[models.Model], fields: Sequence[str], rows: Seque
             f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({names}) SELECT * FROM unnest({casts})",
             arrays,
         )
+
+
+def copy_rows(table: str, columns: Sequence[str], rows: Sequence[Sequence]) -> None:
+    """COPY `rows` into `table` (already quoted) on PostgreSQL, in the caller's transaction."""
+    names = ", ".join(connection.ops.quote_name(c) for c in columns)
+    connection.ensure_connection()
+    # The driver's own cursor (Django's has no COPY); its errors raised as Django's, as any query's.
+    with connection.wrap_database_errors, connection.cursor() as cursor:
+        with cursor.cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
+
+def _json_as_text(columns: Sequence[models.Field], rows: Sequence[tuple]) -> Sequence[tuple]:
+    """Rows with their JSON columns as the text the field writes (COPY parses it)."""
+    json_at = [i for i, col in enumerate(columns) if isinstance(col, models.JSONField)]
+    if not json_at:
+        return rows
+    encoders = {i: columns[i].encoder for i in json_at}
+    return [tuple(json.dumps(v, cls=encoders[i]) if i in encoders else v for i, v in enumerate(row)) for row in rows]
 
 
 def statistics_refresh(*models_: type[models.Model]) -> None:

@@ -541,3 +541,21 @@ class SchedulerLock(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class StateChange(models.Model):
+    """A change the placement round's state cache (scheduling.state_cache) must see: a node
+    ('n', object_id = node id), a workload that holds or held GPUs ('w') or anything that
+    renames what the cache holds ('r': reload it all). Written only by database triggers
+    (migration 0012) on nodes, GPUs, allocations, workloads and the tables they name, so every
+    process's writes are seen however they were made (services, bulk updates, the admin).
+    `stamp` is random: a cache tells a row it applied from one that reused its id after a
+    rollback (SQLite reuses ids)."""
+
+    id = models.BigAutoField(primary_key=True)
+    kind = models.CharField(max_length=1)
+    object_id = models.BigIntegerField(default=0)
+    stamp = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.kind}{self.object_id}"

@@ -131,11 +131,16 @@ def placements_to_json(placements: tuple[ReplicaPlacement, ...]) -> list[dict]:
     ]
 
 
-def _load_nodes(index: SnapshotIndex, held: list[tuple]) -> list[NodeView]:
+def _load_nodes(index: SnapshotIndex, held: list[tuple], only: list[int] | None = None) -> list[NodeView]:
+    """The nodes' views (`only`: those with these ids, as the state cache re-reads them)."""
     nodes: dict[int, NodeView] = {}
     totals: dict[int, tuple[int, int]] = {}
+    node_rows = Node.objects.filter(flavor__isnull=False)
+    gpu_rows = Gpu.objects.all()
+    if only is not None:
+        node_rows, gpu_rows = node_rows.filter(pk__in=only), gpu_rows.filter(node_id__in=only)
     rows = _raw_rows(
-        Node.objects.filter(flavor__isnull=False).values_list(
+        node_rows.values_list(
             "pk",
             "name",
             "rack__name",
@@ -182,7 +187,7 @@ def _load_nodes(index: SnapshotIndex, held: list[tuple]) -> list[NodeView]:
             view.cpu_free_millicores -= cpu
             view.memory_free_mib -= mem
     gpus = _raw_rows(
-        Gpu.objects.values_list(
+        gpu_rows.values_list(
             "pk",
             "node_id",
             "index",
@@ -507,24 +512,26 @@ def _load_running(
     return running
 
 
+# The active allocations' columns the snapshot reads (held rows).
+HELD_COLUMNS = (
+    "workload_id",
+    "pod_set_id",
+    "pod_set__name",
+    "replica",
+    "gpu_id",
+    "node_id",
+    "milli",
+    "exclusive",
+    "mig_instance",
+    "pod_set__cpu_millicores",
+    "pod_set__memory_mib",
+)
+
+
 def snapshot_load(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
     """Phase 1 of a round: the whole scheduling state, in a fixed number of queries."""
     index = SnapshotIndex()
-    held = _raw_rows(
-        Allocation.objects.filter(released_at__isnull=True).values_list(
-            "workload_id",
-            "pod_set_id",
-            "pod_set__name",
-            "replica",
-            "gpu_id",
-            "node_id",
-            "milli",
-            "exclusive",
-            "mig_instance",
-            "pod_set__cpu_millicores",
-            "pod_set__memory_mib",
-        )
-    )
+    held = _raw_rows(Allocation.objects.filter(released_at__isnull=True).values_list(*HELD_COLUMNS))
     nodes = _load_nodes(index, held)
     node_name = {pk: name for name, pk in index.node_ids.items()}
     flavor_by_name = {n.name: n.flavor for n in nodes}

@@ -43,11 +43,12 @@ QUOTA_REASONS = frozenset({PendingReason.QUOTA_EXCEEDED, PendingReason.BORROWING
 class Round:
     """State of one round; schedule() is the entry point."""
 
-    def __init__(self, snapshot: Snapshot, config: SchedulerConfig) -> None:
+    def __init__(self, snapshot: Snapshot, config: SchedulerConfig, capacity: Capacity | None = None) -> None:
         self.snap = snapshot
         self.config = config
         self.now = snapshot.now
-        self.cap = Capacity(snapshot.nodes)
+        # A kept capacity (schedule(capacity=...)) stands for snapshot.nodes, already indexed.
+        self.cap = capacity if capacity is not None else Capacity(snapshot.nodes)
         # Fragmentation-aware placement against the snapshot's typical mix; None: best fit.
         self.scorer = scorer_for(snapshot.typical_mix, self.cap.nodes)
         self.quota = QuotaBook(snapshot.queues)
@@ -297,6 +298,16 @@ class Round:
         return True
 
 
-def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> RoundResult:
-    """Run one scheduling round over `snapshot` (never mutated) and return the decisions."""
-    return Round(snapshot, config or SchedulerConfig()).run()
+def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None, *,
+             capacity: Capacity | None = None) -> RoundResult:
+    """Run one scheduling round over `snapshot` (never mutated) and return the decisions.
+
+    `capacity`: the free capacity of snapshot.nodes, indexed and kept between rounds by the
+    caller (scheduling.state_cache); the round works on it and leaves it as it was given."""
+    if capacity is None:
+        return Round(snapshot, config or SchedulerConfig()).run()
+    capacity.checkpoint()
+    try:
+        return Round(snapshot, config or SchedulerConfig(), capacity).run()
+    finally:
+        capacity.rollback()

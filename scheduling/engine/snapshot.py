@@ -110,6 +110,9 @@ class Capacity:
         self.by_name = {n.name: n for n in self.nodes}
         # Bumped by every take/give: equal versions mean equal capacity (see Round.place).
         self.version = 0
+        # Since checkpoint(): each touched node's state before its first take or give, by rank,
+        # for rollback(); None: not recording.
+        self._log: dict[int, tuple] | None = None
         self.flavors: dict[str, FlavorIndex] = {}
         for node in self.nodes:
             fx = self.flavors.get(node.flavor)
@@ -160,6 +163,8 @@ class Capacity:
     def take(self, node: NodeCapacity, gpus: tuple[GpuAssignment, ...], cpu: int = 0, mem: int = 0) -> None:
         """Allocate GPUs (whole, shares or MIG instances) and host resources on a node."""
         self.version += 1
+        if self._log is not None and node.rank not in self._log:
+            self._log[node.rank] = _saved(node)
         if node.schedulable:
             self._unindex(node)
         for a in gpus:
@@ -177,6 +182,8 @@ class Capacity:
     def give(self, node: NodeCapacity, gpus: tuple[GpuAssignment, ...], cpu: int = 0, mem: int = 0) -> None:
         """Exact inverse of take()."""
         self.version += 1
+        if self._log is not None and node.rank not in self._log:
+            self._log[node.rank] = _saved(node)
         if node.schedulable:
             self._unindex(node)
         for a in gpus:
@@ -192,6 +199,64 @@ class Capacity:
         node.whole = sum(1 for i in range(node.size) if node.is_whole_free(i))
         if node.schedulable:
             self._index(node)
+
+    # -- a long-lived capacity (scheduling.state_cache keeps one between rounds) ---------------
+    def checkpoint(self) -> None:
+        """Remember each node as it is before its first take or give from now on, so rollback()
+        can return to this state: a round then runs on a kept Capacity at the cost of the nodes
+        it touched, not of a copy of the fleet."""
+        self._log = {}
+
+    def rollback(self) -> None:
+        """Put every node touched since checkpoint() back as it was, and stop recording."""
+        saved, self._log = self._log or {}, None
+        self.version += 1
+        for rank, (free, mig, cpu, mem) in saved.items():
+            node = self.nodes[rank]
+            if node.schedulable:
+                self._unindex(node)
+            node.free, node.mig, node.cpu, node.mem = free, mig, cpu, mem
+            node.whole = sum(1 for i in range(node.size) if node.is_whole_free(i))
+            if node.schedulable:
+                self._index(node)
+
+    def replace(self, view: NodeView) -> bool:
+        """Put a re-read node in place of its old capacity (a state move, a GPU's health, an
+        allocation claimed or released), at the same rank. False, changing nothing, when the
+        node is new or differs in what ranks and indexes are built from (name, flavor, product,
+        rack, GPU count): build a new Capacity then."""
+        old = self.by_name.get(view.name)
+        if (old is None or old.flavor != view.flavor or old.product != view.product or old.rack != view.rack
+                or old.size != len(view.gpus) or self._log is not None):
+            return False
+        self.version += 1
+        fx = self.flavors[old.flavor]
+        new = NodeCapacity(view, old.rank)
+        if old.schedulable:
+            self._unindex(old)
+            fx.schedulable_nodes -= 1
+            _remove(fx.rack_nodes[old.rack], old.rank)
+            fx.mig_gpus = [(rank, i) for rank, i in fx.mig_gpus if rank != old.rank]
+        else:
+            _remove(fx.cordoned_nodes, old.rank)
+        if new.schedulable:
+            fx.schedulable_nodes += 1
+            insort(fx.rack_nodes.setdefault(new.rack, []), new.rank)
+            fx.whole_by_rack.setdefault(new.rack, [])
+            self._index(new)
+            for i, mig in enumerate(new.mig):
+                if mig is not None:
+                    insort(fx.mig_gpus, (new.rank, i))
+        else:
+            insort(fx.cordoned_nodes, new.rank)
+        if old.schedulable != new.schedulable:
+            # As built: racks with a schedulable node, in the order of their first one.
+            live = sorted((ranks[0], rack) for rack, ranks in fx.rack_nodes.items() if ranks)
+            fx.rack_nodes = {rack: fx.rack_nodes[rack] for _, rack in live}
+            fx.whole_by_rack = {rack: fx.whole_by_rack[rack] for _, rack in live}
+        self.nodes[old.rank] = new
+        self.by_name[new.name] = new
+        return True
 
     def release(self, placements: tuple[ReplicaPlacement, ...], cpu: int = 0, mem: int = 0) -> list[Change]:
         """Give back a running workload's GPUs (simulation); returns the changes to re-take."""
@@ -232,6 +297,12 @@ class Change:
     gpus: tuple[GpuAssignment, ...]
     cpu: int = 0
     mem: int = 0
+
+
+def _saved(node: NodeCapacity) -> tuple:
+    """What take() and give() change on a node, copied (rollback() puts it back)."""
+    mig = [None if m is None else {p: list(insts) for p, insts in m.items()} for m in node.mig]
+    return list(node.free), mig, node.cpu, node.mem
 
 
 def _remove(seq: list, item: object) -> None:

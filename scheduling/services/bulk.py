@@ -1,14 +1,16 @@
 """Setting different values on many rows at once (thousands per placement round).
 
-On PostgreSQL one `UPDATE ... FROM unnest(arrays)`; elsewhere Django's bulk_update."""
+On PostgreSQL one `UPDATE ... FROM unnest(arrays)`, or FROM a temporary table filled by COPY for
+many rows; elsewhere Django's bulk_update."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
-from django.db import connection, models
+from django.db import connection, models, transaction
 
-from core.bulk import column_values
+from core.bulk import COPY_FROM_ROWS, column_values, copy_rows
 
 CHUNK = 2000
 
@@ -40,7 +42,42 @@ def rows_update(
         model.objects.bulk_update(objs, list(fields), batch_size=500)
         return len(objs)
     columns = [model._meta.get_field(name) for name in fields]
+    if len(rows) >= COPY_FROM_ROWS:
+        return _rows_update_copy(model._meta.db_table, columns, rows, list(states))
     return _rows_update_unnest(model._meta.db_table, columns, rows, list(states))
+
+
+_temp_tables = itertools.count()
+
+
+def _rows_update_copy(table, columns, rows, states: list[str]) -> int:
+    """Many rows: COPY them into a temporary table, then one UPDATE ... FROM it (the arrays of
+    _rows_update_unnest are quoted value by value in Python; COPY's rows are formatted in C)."""
+    quote = connection.ops.quote_name
+    types = [col.db_type(connection) for col in columns]
+    temp = f"fleetdeck_rows_update_{next(_temp_tables)}"
+    values = ", ".join(f"v{i} {'text' if t == 'jsonb' else t}" for i, t in enumerate(types))
+    sets = ", ".join(
+        f"{quote(col.column)} = v.v{i}" + ("::jsonb" if t == "jsonb" else "")
+        for i, (col, t) in enumerate(zip(columns, types, strict=True))
+    )
+    json_at = {i for i, col in enumerate(columns) if isinstance(col, models.JSONField)}
+    with transaction.atomic():  # the table lives until the caller's transaction ends
+        with connection.cursor() as cursor:
+            cursor.execute(f"CREATE TEMPORARY TABLE {temp} (id bigint, {values}) ON COMMIT DROP")
+        copy_rows(
+            temp,
+            ["id"] + [f"v{i}" for i in range(len(columns))],
+            [(pk, *(column_values(columns[i], [v])[0] if i in json_at else v for i, v in enumerate(vals)))
+             for pk, vals in rows.items()],
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {quote(table)} AS t SET {sets} FROM {temp} AS v "
+                f"WHERE t.id = v.id{' AND t.state = ANY(%s)' if states else ''}",
+                [states] if states else [],
+            )
+            return cursor.rowcount
 
 
 def _rows_update_unnest(table, columns, rows, states: list[str]) -> int:

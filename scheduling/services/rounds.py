@@ -1,7 +1,8 @@
 """The placement round: load a snapshot, let the pure engine decide, commit atomically.
 
 Phases (each one's duration is logged and kept on the PlacementRound row):
-1. load: the whole state in a fixed number of queries (scheduling.snapshot.snapshot_load);
+1. load: the state cache brought up to date from what changed, and the considered waiting
+   workloads read (scheduling.state_cache; a full load, scheduling.snapshot, on start or a gap);
 2. compute: scheduling.engine.schedule(snapshot), no database access;
 3. commit: ONE transaction (none when the round has nothing to write). It takes the round
    lock (an advisory lock on PostgreSQL, the SchedulerLock row everywhere), claims the admitted
@@ -25,6 +26,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -36,7 +38,8 @@ from scheduling.choices import WorkloadState
 from scheduling.engine import schedule
 from scheduling.engine.types import Admit, RoundResult, WorkloadSpec
 from scheduling.models import PlacementRound, SchedulerLock, Workload
-from scheduling.snapshot import SnapshotIndex, placements_to_json, snapshot_load
+from scheduling.snapshot import SnapshotIndex, _aware, _raw_rows, placements_to_json
+from scheduling.state_cache import round_state
 
 from .allocation import AllocationRow, GangClaim, allocations_claim
 from .bulk import by_ids, rows_update
@@ -70,10 +73,10 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundRe
     one round commits at a time and a late one re-checks everything it claims."""
     now = now or timezone.now()
     t0 = time.perf_counter()
-    snapshot, index = snapshot_load(now=now)  # phase 1
-    t1 = time.perf_counter()
-    result = schedule(snapshot)  # phase 2
-    t2 = time.perf_counter()
+    with round_state(now=now) as (snapshot, index, capacity):  # phase 1, from the state cache
+        t1 = time.perf_counter()
+        result = schedule(snapshot, capacity=capacity)  # phase 2
+        t2 = time.perf_counter()
     # The decisions are as of the snapshot (`now`); what is written is stamped when it happens,
     # so a slow round does not date admissions back to before they took place.
     report = round_commit(result=result, index=index, actor=actor, now=max(now, timezone.now()))  # phases 3, 4
@@ -145,7 +148,7 @@ def _take_round_lock(actor: Actor, now: datetime) -> bool:
 
 
 def _claims(
-    admitted: list[Admit], index: SnapshotIndex, waiting: dict[int, Workload]
+    admitted: list[Admit], index: SnapshotIndex, waiting: dict[int, Claimable]
 ) -> tuple[list[GangClaim], list[int]]:
     claims, stale = [], []
     for admit in admitted:
@@ -195,9 +198,7 @@ def _decisions_commit(result: RoundResult, index: SnapshotIndex, actor: Actor, n
             report.skipped = True
             return report
         ids = [a.workload_id for a in result.admitted]
-        waiting: dict[int, Workload] = {}
-        for claimable in by_ids(Workload.objects.filter(state__in=WAITING).select_for_update(), ids):
-            waiting.update((w.pk, w) for w in claimable)
+        waiting = _claimable(ids)
         claims, stale = _claims(result.admitted, index, waiting)
         placed, dropped = allocations_claim(claims=claims, now=now)
         by_id = {a.workload_id: a for a in result.admitted}
@@ -225,6 +226,23 @@ def _decisions_commit(result: RoundResult, index: SnapshotIndex, actor: Actor, n
     return report
 
 
+class Claimable(NamedTuple):
+    """What the commit needs of a workload it admits: read as plain columns under the row lock."""
+
+    state: str
+    queued_at: datetime | None
+    submitted_at: datetime
+
+
+def _claimable(ids: list[int]) -> dict[int, Claimable]:
+    """The admitted workloads still waiting, locked (FOR UPDATE) until the commit."""
+    waiting: dict[int, Claimable] = {}
+    for part in by_ids(Workload.objects.filter(state__in=WAITING).select_for_update(), ids):
+        rows = _raw_rows(part.values_list("pk", "state", "queued_at", "submitted_at"))
+        waiting.update((pk, Claimable(state, _aware(queued), _aware(sub))) for pk, state, queued, sub in rows)
+    return waiting
+
+
 ADMITTED_FIELDS = [
     "state",
     "admitted_at",
@@ -237,7 +255,7 @@ ADMITTED_FIELDS = [
 
 
 def _mark_admitted(
-    placed: list[int], waiting: dict[int, Workload], by_id: dict[int, Admit], actor: Actor, now: datetime
+    placed: list[int], waiting: dict[int, Claimable], by_id: dict[int, Admit], actor: Actor, now: datetime
 ) -> None:
     """The placed workloads become admitted, in one statement; the executor tick starts them."""
     if not placed:

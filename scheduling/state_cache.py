@@ -1,0 +1,272 @@
+"""The placement round's state cache: the fleet's scheduling state kept in memory between rounds
+and updated from what changed, so a round costs what it decides, not a rebuild of the fleet
+(issue 18 §2; the design of Kueue's cache and per-cycle snapshot).
+
+What it keeps, per process and database: every node's view and the engine's indexed Capacity,
+the running workloads with their placements, and the GPUs each queue holds. What changed comes
+from the change journal (StateChange, filled by database triggers on nodes, GPUs, allocations,
+workloads and preemptions, so every process's writes count): each round reads the journal rows
+it has not seen and re-reads only the nodes and workloads they name, each re-read the same
+query as the full load restricted to those ids (so applying a change twice is harmless). A
+round then works on the kept Capacity and gives back what it took (Capacity.checkpoint and
+rollback); what it committed comes back through the journal like any other process's write.
+
+A full reload (the snapshot's own loaders, scheduling.snapshot) happens on a process's first
+round, on a gap (the last journal row this cache applied is gone: rolled back, truncated or
+pruned; a renamed queue, flavor, rack or priority class; a node added, removed or reshaped),
+and every STATE_CACHE_RELOAD_SECONDS as a safety net. Journal ids that commit out of order are
+re-read until they show up or HOLE_SECONDS pass. Waiting workloads, queues and quotas are not
+kept: a round reads the heads it considers (ROUND_QUEUE_DEPTH) and the few queue rows anyway."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.conf import settings
+from django.db import connection
+
+from .choices import ACTIVE_STATES
+from .engine.snapshot import Capacity
+from .engine.types import NodeView, RunningWorkload, Snapshot
+from .models import Allocation, StateChange, Workload
+from .snapshot import (
+    ACTIVE_COLUMNS,
+    HELD_COLUMNS,
+    SnapshotIndex,
+    _load_nodes,
+    _load_pending,
+    _load_queues,
+    _load_running,
+    _raw_rows,
+    snapshot_load,
+    typical_mix_cached,
+)
+
+HOLE_SECONDS = 30.0  # a journal id not committed after this long was rolled back
+JOURNAL_KEEP = 200_000  # rows kept behind the newest; a cache further behind reloads
+PRUNE_EVERY = 500  # syncs between prunings
+CHUNK = 500  # ids per IN list (SQLite's bound-parameter limit)
+_lock = threading.Lock()  # one round at a time works on a process's cache
+_caches: dict[tuple, StateCache] = {}
+
+
+@dataclass
+class StateCache:
+    """The kept state of one database (see the module docstring)."""
+
+    views: dict[int, NodeView] = field(default_factory=dict)  # node pk -> view
+    index: SnapshotIndex = field(default_factory=SnapshotIndex)  # node and GPU ids, executors
+    node_name: dict[int, str] = field(default_factory=dict)
+    flavor_of_node: dict[int, str] = field(default_factory=dict)
+    gpu_index: dict[int, int] = field(default_factory=dict)
+    running: dict[int, RunningWorkload] = field(default_factory=dict)
+    usage: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))  # (queue, flavor)
+    capacity: Capacity | None = None
+    seen: int = 0  # highest journal id applied
+    seen_stamp: int | None = None
+    holes: dict[int, float] = field(default_factory=dict)  # journal id -> when first missed
+    loaded_at: float = 0.0
+    syncs: int = 0
+    # What the latest sync did, for the benchmark and the logs: "reload" or "delta".
+    last: dict = field(default_factory=dict)
+
+    # -- full reload -------------------------------------------------------------------------
+    def reload(self, why: str) -> None:
+        head = _raw_rows(StateChange.objects.order_by("-id").values_list("id", "stamp")[:1])
+        index = SnapshotIndex()
+        held = _raw_rows(Allocation.objects.filter(released_at__isnull=True).values_list(*HELD_COLUMNS))
+        nodes = _load_nodes(index, held)
+        self.index = index
+        self.views = {index.node_ids[v.name]: v for v in nodes}
+        self._maps()
+        active = _raw_rows(Workload.objects.filter(state__in=ACTIVE_STATES).values_list(*ACTIVE_COLUMNS))
+        self.running, self.usage = {}, defaultdict(int)
+        for rw in _load_running(held, self.flavor_of_node, self.node_name, self.gpu_index, active):
+            self._add(rw)
+        self.capacity = Capacity(nodes)
+        self.seen, self.seen_stamp = head[0] if head else (0, None)
+        # Ids below the head not committed yet (a transaction still open) are holes to re-read.
+        recent = {i for (i,) in _raw_rows(StateChange.objects.filter(id__gt=self.seen - 1000).values_list("id"))}
+        now = time.monotonic()
+        self.holes = {i: now for i in range(max(1, self.seen - 999), self.seen) if i not in recent}
+        self.loaded_at = now
+        self.last = {"kind": "reload", "why": why, "nodes": len(nodes), "running": len(self.running)}
+
+    def _maps(self) -> None:
+        self.node_name = {pk: v.name for pk, v in self.views.items()}
+        self.flavor_of_node = {pk: v.flavor for pk, v in self.views.items()}
+        self.gpu_index = {pk: gindex for (_node, gindex), pk in self.index.gpu_ids.items()}
+
+    def _add(self, rw: RunningWorkload) -> None:
+        self.running[rw.id] = rw
+        for flavor, gpus in rw.flavor_gpus.items():
+            self.usage[(rw.queue, flavor)] += gpus
+
+    def _drop(self, wid: int) -> None:
+        rw = self.running.pop(wid, None)
+        if rw is not None:
+            for flavor, gpus in rw.flavor_gpus.items():
+                self.usage[(rw.queue, flavor)] -= gpus
+                if not self.usage[(rw.queue, flavor)]:
+                    del self.usage[(rw.queue, flavor)]
+
+    # -- deltas ------------------------------------------------------------------------------
+    def sync(self) -> None:
+        """Bring the cache up to the journal (module docstring), reloading when it must."""
+        reload_s = settings.FLEETDECK.get("STATE_CACHE_RELOAD_SECONDS", 300)
+        if self.capacity is None:
+            return self.reload("start")
+        if time.monotonic() - self.loaded_at > reload_s:
+            return self.reload("periodic")
+        now = time.monotonic()
+        self.holes = {i: t for i, t in self.holes.items() if now - t < HOLE_SECONDS}
+        # One range over the primary key: the oldest hole (or the last row applied) onwards.
+        rows = _raw_rows(
+            StateChange.objects.filter(id__gte=min(min(self.holes, default=self.seen), self.seen))
+            .order_by("id")
+            .values_list("id", "kind", "object_id", "stamp")
+        )
+        if self.seen and not any(i == self.seen and stamp == self.seen_stamp for i, _k, _o, stamp in rows):
+            return self.reload("gap: the last change applied is gone (rolled back, truncated or pruned)")
+        nodes, workloads = set(), set()
+        top, applied = self.seen, 0
+        for i, kind, obj, stamp in rows:
+            if i <= self.seen and i not in self.holes:
+                continue
+            applied += 1
+            self.holes.pop(i, None)
+            if kind == "r":
+                return self.reload("a renamed queue, flavor, rack or priority class")
+            (nodes if kind == "n" else workloads).add(obj)
+            if i > top:
+                for missing in range(top + 1, i):
+                    self.holes.setdefault(missing, now)
+                top, self.seen_stamp = i, stamp
+        self.seen = top
+        if nodes and not self._refresh_nodes(sorted(nodes)):
+            return self.reload("a node added, removed or reshaped")
+        if workloads:
+            self._refresh_workloads(sorted(workloads))
+        self.last = {"kind": "delta", "nodes": len(nodes), "workloads": len(workloads), "changes": applied}
+        self.syncs += 1
+        if self.syncs % PRUNE_EVERY == 0:
+            StateChange.objects.filter(id__lt=self.seen - JOURNAL_KEEP).delete()
+
+    def _refresh_nodes(self, ids: list[int]) -> bool:
+        """Re-read these nodes (views, GPUs, what they hold); False when the fleet's shape changed."""
+        fresh: dict[int, NodeView] = {}
+        index = SnapshotIndex()
+        for part in _chunks(ids):
+            # What these nodes' GPUs and hosts hold: two index scans (an OR over the join scans
+            # every allocation).
+            active = Allocation.objects.filter(released_at__isnull=True)
+            held = _raw_rows(active.filter(node_id__in=part).values_list(*HELD_COLUMNS))
+            held += _raw_rows(
+                active.filter(gpu__node_id__in=part).exclude(node_id__in=part).values_list(*HELD_COLUMNS)
+            )
+            fresh.update((index.node_ids[v.name], v) for v in _load_nodes(index, held, only=list(part)))
+        assert self.capacity is not None
+        for pk in ids:
+            old, new = self.views.get(pk), fresh.get(pk)
+            if old is None and new is None:
+                continue  # a node without a flavor: never scheduled on
+            if old is None or new is None or old.name != new.name or not self.capacity.replace(new):
+                return False
+            self.views[pk] = new
+            for g in old.gpus:  # a GPU may have been replaced (a new row at the same index)
+                self.gpu_index.pop(self.index.gpu_ids.pop((old.name, g.index), 0), None)
+            self.index.node_executor[new.name] = index.node_executor[new.name]
+        for key, gpu_pk in index.gpu_ids.items():
+            self.index.gpu_ids[key] = gpu_pk
+            self.gpu_index[gpu_pk] = key[1]
+        return True
+
+    def _refresh_workloads(self, ids: list[int]) -> None:
+        for part in _chunks(ids):
+            active = _raw_rows(
+                Workload.objects.filter(pk__in=part, state__in=ACTIVE_STATES).values_list(*ACTIVE_COLUMNS)
+            )
+            held_of = Allocation.objects.filter(released_at__isnull=True, workload_id__in=[row[0] for row in active])
+            held = _raw_rows(held_of.values_list(*HELD_COLUMNS)) if active else []
+            for wid in part:
+                self._drop(wid)
+            for rw in _load_running(held, self.flavor_of_node, self.node_name, self.gpu_index, active):
+                self._add(rw)
+
+    # -- a round's snapshot --------------------------------------------------------------------
+    def snapshot(self, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
+        index = SnapshotIndex(
+            node_ids=self.index.node_ids, gpu_ids=self.index.gpu_ids, node_executor=self.index.node_executor
+        )
+        queues = _load_queues([], {}, {})
+        for (queue, flavor), gpus in self.usage.items():
+            if queue in queues:
+                queues[queue].usage[flavor] = gpus
+        pending, reservations = _load_pending(index)
+        snapshot = Snapshot(
+            now=now.timestamp(),
+            nodes=list(self.views.values()),
+            queues=queues,
+            running=sorted(self.running.values(), key=lambda rw: rw.id),
+            pending=pending,
+            reservations=reservations,
+            typical_mix=typical_mix_cached(now=now),
+        )
+        return snapshot, index
+
+
+def _chunks(ids: list[int]) -> Iterator[list[int]]:
+    for start in range(0, len(ids), CHUNK):
+        yield ids[start : start + CHUNK]
+
+
+def _in_outer_transaction() -> bool:
+    """True inside an atomic block a caller opened (not a test case's): what the round would
+    read there may yet be rolled back, so it must not become the process's cache."""
+    return any(not getattr(block, "_from_testcase", False) for block in getattr(connection, "atomic_blocks", []))
+
+
+def state_cache() -> StateCache:
+    """This process's cache for the default database (created empty: the first sync loads it)."""
+    key = (connection.vendor, connection.settings_dict.get("NAME"))
+    cache = _caches.get(key)
+    if cache is None:
+        cache = _caches[key] = StateCache()
+    return cache
+
+
+def state_cache_clear() -> None:
+    """Forget every process-level cache (the next round reloads)."""
+    with _lock:
+        _caches.clear()
+
+
+@contextmanager
+def round_state(*, now: datetime) -> Iterator[tuple[Snapshot, SnapshotIndex, Capacity | None]]:
+    """A round's phase 1: its snapshot and the kept Capacity to schedule on (None: build one
+    from snapshot.nodes). Held while the round decides; schedule(capacity=...) gives the
+    capacity back as it found it. Without STATE_CACHE, or inside a caller's transaction, the
+    snapshot is loaded whole (scheduling.snapshot.snapshot_load)."""
+    if not settings.FLEETDECK.get("STATE_CACHE", True) or _in_outer_transaction():
+        snapshot, index = snapshot_load(now=now)
+        yield snapshot, index, None
+        return
+    with _lock:
+        cache = state_cache()
+        try:
+            cache.sync()
+            snapshot, index = cache.snapshot(now)
+        except Exception:
+            cache.capacity = None  # half applied: reload next time
+            raise
+        try:
+            yield snapshot, index, cache.capacity
+        except Exception:
+            cache.capacity = None  # a round that failed may have left it changed
+            raise

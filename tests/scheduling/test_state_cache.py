@@ -1,0 +1,168 @@
+"""The placement round's state cache (issue 18 §2): after any sequence of changes, made through
+the services or behind their back (another process, a bulk update), the cached state a round
+schedules on equals a full reload from the database, and the rounds decide the same."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from core.actors import Actor
+from fleet.choices import GpuHealth
+from fleet.models import Gpu, Node
+from fleet.services import gpu_health_set, node_cordon
+from scheduling.choices import WorkloadState
+from scheduling.engine.snapshot import Capacity
+from scheduling.models import Allocation, Queue, QueueQuota, StateChange, Workload
+from scheduling.services import workload_cancel, workload_finish, workload_submit
+from scheduling.snapshot import snapshot_load
+from scheduling.state_cache import round_state, state_cache, state_cache_clear
+from tests.cluster import make_cluster, run_round, training
+
+OPS = Actor.automation("test")
+
+
+def _capacity(cap: Capacity) -> dict:
+    """Everything a round reads from a Capacity, comparable."""
+    nodes = [
+        (n.name, n.rank, n.schedulable, n.reason, list(n.free), list(n.healthy), n.mig, n.whole, n.cpu, n.mem)
+        for n in cap.nodes
+    ]
+    flavors = {
+        name: (fx.node_size, fx.buckets, fx.whole_by_rack, fx.rack_nodes, fx.free_whole, fx.fully_free_nodes,
+               fx.shares, fx.mig_gpus, sorted(fx.products), fx.schedulable_nodes, fx.cordoned_nodes)
+        for name, fx in cap.flavors.items()
+    }
+    return {"nodes": nodes, "flavors": flavors}
+
+
+def _state(snapshot) -> dict:
+    return {
+        "nodes": sorted((asdict(n) for n in snapshot.nodes), key=lambda n: n["name"]),
+        "queues": {name: asdict(q) for name, q in sorted(snapshot.queues.items())},
+        "running": sorted((asdict(r) for r in snapshot.running), key=lambda r: r["id"]),
+        "pending": [asdict(p) for p in snapshot.pending],
+    }
+
+
+def assert_cache_equals_reload(clock) -> dict:
+    """The cached snapshot and capacity against a full load (snapshot_load, a fresh Capacity)."""
+    with round_state(now=clock.now) as (cached, _index, capacity):
+        assert capacity is not None
+        kept = _capacity(capacity)
+        last = dict(state_cache().last)
+    full, _ = snapshot_load(now=clock.now)
+    assert _state(cached) == _state(full)
+    assert kept == _capacity(Capacity(full.nodes))
+    return last
+
+
+@pytest.fixture
+def fleet(db, team, classes):
+    flavor = make_cluster(nodes=6, per_rack=3)
+    queue = Queue.objects.create(name="research-q", team=team)
+    QueueQuota.objects.create(queue=queue, flavor=flavor, nominal=48)
+    state_cache_clear()
+    yield flavor
+    state_cache_clear()
+
+
+def _submit(name: str, gpus: int, **extra) -> Workload:
+    return workload_submit(spec=training(name, gpus, priority="research-batch", **extra), actor=OPS)
+
+
+def test_after_claims_releases_and_state_moves_the_cache_equals_a_full_reload(fleet, clock):
+    assert assert_cache_equals_reload(clock)["kind"] == "reload"  # a process's first round loads
+
+    gangs = [_submit(f"g{i}", gpus) for i, gpus in enumerate((8, 4, 2, 1, 16))]
+    run_round(clock)
+    assert {w.state for w in Workload.objects.filter(pk__in=[g.pk for g in gangs])} == {WorkloadState.RUNNING}
+    delta = assert_cache_equals_reload(clock)
+    assert delta["kind"] == "delta" and delta["workloads"] >= len(gangs)
+
+    clock.advance(60)
+    workload_finish(workload=gangs[0], succeeded=True, reason="done", actor=OPS, now=clock.now)
+    workload_cancel(workload=Workload.objects.get(pk=gangs[2].pk), actor=OPS, now=clock.now)
+    assert assert_cache_equals_reload(clock)["kind"] == "delta"
+
+    node = Node.objects.get(name="n6")
+    node_cordon(node=node, reason="maintenance", actor=OPS)
+    gpu = Gpu.objects.filter(node__name="n5").order_by("index").first()
+    gpu_health_set(gpu=gpu, health=GpuHealth.UNHEALTHY, reason="xid 79", actor=OPS)
+    assert assert_cache_equals_reload(clock)["kind"] == "delta"
+
+    # Behind the services' back (another process, a bulk fix): the database's journal sees it.
+    Gpu.objects.filter(node__name="n4", index__in=[1, 2]).update(health=GpuHealth.UNHEALTHY)
+    Node.objects.filter(name="n6").update(cpu_cores=64, memory_mib=512_000)
+    assert assert_cache_equals_reload(clock)["kind"] == "delta"
+
+    clock.advance(60)
+    later = [_submit(f"h{i}", gpus) for i, gpus in enumerate((8, 8, 2))]
+    run_round(clock)
+    assert assert_cache_equals_reload(clock)["kind"] == "delta"
+    assert Workload.objects.filter(pk__in=[w.pk for w in later], state=WorkloadState.RUNNING).exists()
+
+
+def test_rounds_on_the_cache_decide_as_rounds_on_a_full_load(fleet, clock, settings):
+    for i, gpus in enumerate((8, 8, 4, 4, 2, 1, 1, 16, 24)):
+        _submit(f"w{i}", gpus)
+    first = run_round(clock)
+    clock.advance(30)
+    workload_finish(workload=Workload.objects.get(name="w0"), succeeded=True, reason="done", actor=OPS, now=clock.now)
+    cached = run_round(clock)
+
+    # The same database state scheduled again on a full load decides the same.
+    settings.FLEETDECK = {**settings.FLEETDECK, "STATE_CACHE": False}
+    with transaction.atomic():
+        sid = transaction.savepoint()
+        again = run_round(clock)
+        transaction.savepoint_rollback(sid)
+    assert [a[0] for a in first.admitted]
+    assert [(a[0], a[2]) for a in cached.admitted] == [(a[0], a[2]) for a in again.admitted]
+
+
+def test_a_gap_in_the_journal_reloads(fleet, clock):
+    assert_cache_equals_reload(clock)
+    _submit("a", 8)
+    run_round(clock)
+    StateChange.objects.all().delete()  # pruned, truncated or rolled back under this cache
+    Node.objects.filter(name="n1").update(cpu_cores=32)
+    last = assert_cache_equals_reload(clock)
+    assert last["kind"] == "reload" and last["why"].startswith("gap")
+
+
+def test_a_renamed_rack_reloads(fleet, clock):
+    assert_cache_equals_reload(clock)
+    Node.objects.get(name="n1").rack.__class__.objects.filter(name="r1").update(name="rack-a")
+    last = assert_cache_equals_reload(clock)
+    assert last["kind"] == "reload"
+    assert {n.rack for n in snapshot_load(now=clock.now)[0].nodes} == {"rack-a", "r2"}
+
+
+def test_bulk_writes_by_copy_keep_the_audit_rows_and_the_guard_against_double_allocation(fleet, clock, monkeypatch):
+    """The many-row path (COPY on PostgreSQL) for every write of a round, however few rows."""
+    import core.bulk
+    import scheduling.services.bulk
+
+    monkeypatch.setattr(core.bulk, "COPY_FROM_ROWS", 1)
+    monkeypatch.setattr(scheduling.services.bulk, "COPY_FROM_ROWS", 1)
+    gangs = [_submit(f"c{i}", gpus) for i, gpus in enumerate((8, 4, 2, 1))]
+    report = run_round(clock)
+
+    assert sorted(a[0] for a in report.admitted) == sorted(g.pk for g in gangs)
+    for gang, gpus in zip(gangs, (8, 4, 2, 1), strict=True):
+        gang.refresh_from_db()
+        assert gang.state == WorkloadState.RUNNING and gang.allocations.filter(released_at__isnull=True).count() == gpus
+        states = list(gang.transitions.order_by("at", "pk").values_list("to_state", flat=True))
+        assert states == ["pending", "admitted", "running"]
+    held = Allocation.objects.filter(released_at__isnull=True).first()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        core.bulk.insert_rows(
+            model=Allocation,
+            fields=["workload_id", "pod_set_id", "replica", "gpu_id", "node_id", "exclusive", "milli", "mig_instance",
+                    "created_at"],
+            rows=[(gangs[3].pk, held.pod_set_id, 9, held.gpu_id, held.node_id, True, 1000, "", clock.now)],
+        )
+    assert_cache_equals_reload(clock)
