@@ -7,6 +7,7 @@ import secrets
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from .choices import ExecutorKind, GpuHealth, NodeState, SharingMode
 from .querysets import GpuQuerySet, NodeQuerySet
@@ -120,6 +121,8 @@ class Gpu(models.Model):
     sharing_replicas = models.PositiveSmallIntegerField(default=1, help_text="Time-slicing / MPS replicas")
     nvlink_group = models.PositiveSmallIntegerField(default=0)
     numa_node = models.PositiveSmallIntegerField(default=0)
+    # When Fleetdeck first saw the GPU: failure rates divide by the GPU-hours actually observed.
+    first_seen_at = models.DateTimeField(default=timezone.now, editable=False)
 
     objects = GpuQuerySet.as_manager()
 

@@ -28,6 +28,9 @@ MAX_WORKLOAD_NAME_LENGTH = 128  # Workload.name's column
 
 # Durations in seconds: time limit, run time, checkpoint interval and checkpoint write.
 MAX_SECONDS = 366 * 86400
+# A job's own mean time between failures (checkpoint advice): from 6 minutes to ~114 years.
+MIN_MTBF_HOURS = 0.1
+MAX_MTBF_HOURS = 1_000_000.0
 
 # Progress steps a job reports (a BIGINT column; no training loop gets near this).
 MAX_STEP = 10**15

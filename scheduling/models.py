@@ -182,6 +182,10 @@ class Workload(models.Model):
     checkpoint_write_seconds = models.PositiveIntegerField(default=0, validators=SECONDS)
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
     elastic_min_replicas = models.PositiveIntegerField(null=True, blank=True, validators=_at_most(limits.MAX_REPLICAS))
+    mtbf_hours = models.FloatField(
+        null=True, blank=True, validators=_between(limits.MIN_MTBF_HOURS, limits.MAX_MTBF_HOURS),
+        help_text="The job's own mean time between failures, for its checkpoint advice (empty: the fleet's)",
+    )
     # Simulated executor: how long the job runs and how often it checkpoints.
     run_seconds = models.PositiveIntegerField(null=True, blank=True, validators=SECONDS)
     checkpoint_interval_seconds = models.PositiveIntegerField(null=True, blank=True, validators=SECONDS)

@@ -3,6 +3,7 @@ service (scheduling.services.specs.parse_spec through workload_submit), so the p
 exactly what the API refuses, with the same words, on the field that caused it."""
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from typing import Any
@@ -51,6 +52,14 @@ def _number(raw: str) -> Any:
     return int(raw) if _WHOLE_NUMBER.fullmatch(raw) else raw
 
 
+def _decimal(raw: str) -> Any:
+    try:
+        value = float(raw)
+    except ValueError:
+        return raw.strip()
+    return value if math.isfinite(value) else raw.strip()
+
+
 def _text(**kwargs) -> forms.CharField:
     return forms.CharField(required=False, max_length=kwargs.pop("max_length", 200), **kwargs)
 
@@ -76,6 +85,9 @@ class WorkloadSubmitForm(forms.Form):
     checkpoint_interval_seconds = _text(label="Checkpoint interval (seconds)", max_length=20)
     elastic_min_replicas = _text(label="Elastic minimum replicas", max_length=20,
                                  help_text="May restart with this many replicas after a failure")
+    mtbf_hours = _text(label="Job MTBF (hours)", max_length=20,
+                       help_text="This job's own mean time between failures for its checkpoint advice; empty: "
+                                 "the fleet's")
     image = _text(max_length=1000, help_text="Container image (Kubernetes pools)")
     command = _text(max_length=4000, help_text="Command, as a shell would split it")
 
@@ -123,6 +135,8 @@ class WorkloadSubmitForm(forms.Form):
         for key in ("time_limit_seconds", "checkpoint_interval_seconds", "elastic_min_replicas"):
             if data[key].strip():
                 spec[key] = _number(data[key])
+        if data["mtbf_hours"].strip():
+            spec["mtbf_hours"] = _decimal(data["mtbf_hours"])
         return spec
 
     def clean_command(self) -> str:

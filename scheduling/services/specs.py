@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ TOP_LEVEL_KEYS = {
     "run_seconds",
     "checkpoint_interval_seconds",
     "elastic_min_replicas",
+    "mtbf_hours",
 }
 POD_SET_KEYS = {
     "name",
@@ -81,6 +83,7 @@ class WorkloadDraft:
     run_seconds: int | None = None
     checkpoint_interval_seconds: int | None = None
     elastic_min_replicas: int | None = None
+    mtbf_hours: float | None = None
 
     def workload_row(self, *, submitted_by, now) -> Workload:
         """The unsaved Workload this draft queues (pending since `now`)."""
@@ -98,6 +101,7 @@ class WorkloadDraft:
             run_seconds=self.run_seconds,
             checkpoint_interval_seconds=self.checkpoint_interval_seconds,
             elastic_min_replicas=self.elastic_min_replicas,
+            mtbf_hours=self.mtbf_hours,
             submitted_by=submitted_by,
             queued_at=now,
         )
@@ -140,6 +144,17 @@ def _int(value: Any, field_name: str, *, minimum: int, maximum: int, required: b
     if value > maximum:
         raise _fail(field_name, f"Must be at most {maximum}.")
     return value
+
+
+def _hours(value: Any, field_name: str) -> float | None:
+    """An optional number of hours (a whole or decimal number) within the MTBF bounds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _fail(field_name, "Must be a number of hours.")
+    if not limits.MIN_MTBF_HOURS <= value <= limits.MAX_MTBF_HOURS:
+        raise _fail(field_name, f"Must be from {limits.MIN_MTBF_HOURS} to {limits.MAX_MTBF_HOURS:.0f} hours.")
+    return float(value)
 
 
 def _str(value: Any, field_name: str, *, required: bool = True, max_length: int = 128) -> str:
@@ -347,6 +362,7 @@ def parse_spec(spec: Any) -> WorkloadDraft:
     draft.elastic_min_replicas = _int(
         spec.get("elastic_min_replicas"), "elastic_min_replicas", minimum=1, maximum=limits.MAX_REPLICAS, required=False
     )
+    draft.mtbf_hours = _hours(spec.get("mtbf_hours"), "mtbf_hours")
     if draft.elastic_min_replicas is not None:
         if len(pod_sets) != 1:
             raise _fail("elastic_min_replicas", "Only a workload with one pod set can be elastic.")

@@ -55,6 +55,7 @@ def test_a_share_of_a_gpu_is_credited_its_share_of_the_activity(cluster, clock):
 
 
 def test_checkpoint_advice_follows_the_fleets_failures(research_queue, with_pci, team_member, viewer, clock):
+    Gpu.objects.update(first_seen_at=clock.now - timedelta(days=365))  # watched for the whole 90-day window
     a = submit(api_for(team_member), **training("train-A", 32, **CHECKPOINTED))
     run_round(clock)
     api = api_for(team_member)
@@ -67,7 +68,7 @@ def test_checkpoint_advice_follows_the_fleets_failures(research_queue, with_pci,
     assert response.status_code == 200, response.content
 
     after = api.get(f"/api/v1/workloads/{a['id']}/").json()["checkpoint"]
-    assert after["mtbf_source"] == "1 failure over 64 GPUs × 90 days"
+    assert after["mtbf_source"] == "1 failure over 138,240.0 observed GPU-hours (last 90 days)"
     assert after["mtbf_per_gpu_hours"] == 64 * 90 * 24
     # Young: sqrt(2 × 120 s × MTBF of a 32-GPU job); one failure in 90 days beats the default's guess.
     assert after["interval_seconds"] == round(math.sqrt(2 * 120 * 64 * 90 * 24 * 3600 / 32))
@@ -76,13 +77,43 @@ def test_checkpoint_advice_follows_the_fleets_failures(research_queue, with_pci,
         agent_client(node).post("/api/v1/telemetry/kernel-log/", {"node": node, "lines": [xid_line(node, 0)]},
                                 format="json")
     worse = api.get(f"/api/v1/workloads/{a['id']}/").json()["checkpoint"]
-    assert worse["mtbf_source"] == "3 failures over 64 GPUs × 90 days"
+    assert worse["mtbf_source"] == "3 failures over 138,240.0 observed GPU-hours (last 90 days)"
     assert worse["interval_seconds"] < before["interval_seconds"] < after["interval_seconds"]
     page = Client()
     page.force_login(viewer)
     detail = page.get(f"/scheduling/workloads/{a['id']}/")
-    assert "3 failures over 64 GPUs × 90 days" in detail.content.decode()
+    assert "3 failures over 138,240.0 observed GPU-hours (last 90 days)" in detail.content.decode()
     assert f"Checkpoint every <strong>{round(worse['interval_seconds'] / 60)} minutes" in detail.content.decode()
+
+
+def test_a_fleet_installed_minutes_ago_is_credited_minutes_not_the_whole_window(research_queue, with_pci,
+                                                                                team_member, clock):
+    Gpu.objects.update(first_seen_at=clock.now)  # the fleet was installed now
+    a = submit(api_for(team_member), **training("train-A", 32, **CHECKPOINTED))
+    run_round(clock)
+    clock.advance(120)  # two minutes after the GPUs were first seen, n3 fails
+    response = agent_client("n3").post("/api/v1/telemetry/kernel-log/",
+                                       {"node": "n3", "lines": [xid_line("n3", 5)]}, format="json")
+    assert response.status_code == 200, response.content
+    advice = api_for(team_member).get(f"/api/v1/workloads/{a['id']}/").json()["checkpoint"]
+    # 64 GPUs × 2 minutes = 2.1 GPU-hours per failure (was 64 × 90 days: 138,240 h).
+    assert advice["mtbf_source"] == "1 failure over 2.1 observed GPU-hours (last 90 days)"
+    assert advice["mtbf_per_gpu_hours"] == pytest.approx(2.1, abs=0.05)
+
+
+def test_the_seeds_checkpoint_example_on_the_workload_page(research_queue, team_member, viewer, clock):
+    # The seed: a 2-minute checkpoint and a job MTBF of 10 h give sqrt(2 × 120 × 36,000) s ≈ 49 minutes.
+    a = submit(api_for(team_member), **training("train-A", 32, **CHECKPOINTED, mtbf_hours=10))
+    detail = api_for(team_member).get(f"/api/v1/workloads/{a['id']}/").json()
+    assert detail["mtbf_hours"] == 10
+    assert detail["checkpoint"]["job_mtbf_hours"] == 10 and detail["checkpoint"]["interval_seconds"] == 2939
+    page = Client()
+    page.force_login(viewer)
+    body = page.get(f"/scheduling/workloads/{a['id']}/").content.decode()
+    assert "Checkpoint every <strong>49 minutes" in body
+    assert "10.0 h <span class=\"muted\">(the workload&#x27;s own)</span>" in body
+    bad = api_for(team_member).post("/api/v1/workloads/", {**training("x", 8), "mtbf_hours": 0}, format="json")
+    assert bad.status_code == 400 and bad.json()["mtbf_hours"] == ["Must be from 0.1 to 1000000 hours."]
 
 
 def test_failures_count_tickets_once_and_fatal_events_that_opened_none(research_queue, with_pci, clock):

@@ -2,9 +2,12 @@
 returned" (was "A open ticket cannot move…"), "1 failure over 64 GPUs" (was "1 failures")."""
 from __future__ import annotations
 
-from django.test import Client
+from datetime import timedelta
 
-from fleet.models import Node
+from django.test import Client
+from django.utils import timezone
+
+from fleet.models import Gpu, Node
 from health.services import ticket_open
 from scheduling.models import PodSet, PriorityClass, Queue, Workload
 
@@ -23,6 +26,7 @@ def test_a_refused_ticket_move_names_the_ticket_and_its_state(cluster, operator)
 
 
 def test_checkpoint_advice_counts_one_failure_and_one_gpu_in_the_singular(cluster, team, viewer):
+    Gpu.objects.update(first_seen_at=timezone.now() - timedelta(days=365))
     ticket_open(node=Node.objects.get(name="n1"), evidence="Xid 79", actor=OPS)
     queue = Queue.objects.create(name="solo-q", team=team)
     prio = PriorityClass.objects.create(name="batch", value=100)
@@ -32,5 +36,6 @@ def test_checkpoint_advice_counts_one_failure_and_one_gpu_in_the_singular(cluste
     client = Client()
     client.force_login(viewer)
     body = client.get(f"/scheduling/workloads/{solo.pk}/").content.decode()
-    assert "(1 failure over 64 GPUs × 90 days); this job's 1 GPU:" in body
+    assert "(1 failure over 138,240.0 observed GPU-hours (last 90 days))" in body
+    assert "(the fleet&#x27;s per-GPU MTBF over 1 GPU)" in body
     assert "1 failures" not in body and "1 GPUs" not in body
