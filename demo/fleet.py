@@ -62,10 +62,11 @@ TEAMS = {
     "evaluation": "Batch evaluation of checkpoints",
 }
 COHORT = "main"
-# team → flavor → (nominal, borrowing limit). Nominal quotas add up to each pool's size.
+# team → flavor → (nominal, borrowing limit). Nominal quotas add up to each pool's size. research's
+# H100 nominal holds train-A and train-B (48): they are training-prod, which may not borrow.
 QUOTAS = {
-    "research": {H100_FLAVOR: (40, 24), A100_FLAVOR: (16, 16), L40S_FLAVOR: (4, 4)},
-    "inference": {H100_FLAVOR: (16, 16), A100_FLAVOR: (8, 8), L40S_FLAVOR: (8, 8)},
+    "research": {H100_FLAVOR: (48, 24), A100_FLAVOR: (16, 16), L40S_FLAVOR: (4, 4)},
+    "inference": {H100_FLAVOR: (8, 16), A100_FLAVOR: (8, 8), L40S_FLAVOR: (8, 8)},
     "evaluation": {H100_FLAVOR: (8, 8), A100_FLAVOR: (8, 8), L40S_FLAVOR: (4, 4)},
 }
 

@@ -4,7 +4,7 @@ can walk request → review → applied at once.
 The story, on the H100 pool, whose nominal quotas first add up to all 64 GPUs:
 - three days ago evaluation (carol), idle most of the time, gave back 4 of its 8 H100s: an
   applied request, with its audit trail;
-- research (alice), pinned at its 40 for the whole week, asks for 44 for four weeks. That fits
+- research (alice), pinned at its 48 for the whole week, asks for 52 for four weeks. That fits
   the 4 GPUs evaluation returned, so an operator can approve it without an override;
 - inference (bob) asks for twice its A100s for a launch. The A100 pool is fully allocated, so
   the review queue warns that approving it would oversubscribe the fleet.
@@ -66,9 +66,9 @@ GIVEBACK = Filing(
 )
 GIVEBACK_COMMENT = "Thanks: the four go back to the pool, where research is queueing for them."
 RESEARCH = Filing(
-    "research", "alice", H100_FLAVOR, 44, 28,
-    "The 70B pre-training run for the Q3 release needs 44 H100s for four weeks. We have been pinned at "
-    "our 40 all week (see the usage charts), and evaluation has just returned four H100s to the pool.",
+    "research", "alice", H100_FLAVOR, 52, 28,
+    "The 70B pre-training run for the Q3 release needs 52 H100s for four weeks. We have been pinned at "
+    "our 48 all week (see the usage charts), and evaluation has just returned four H100s to the pool.",
 )
 INFERENCE = Filing(
     "inference", "bob", A100_FLAVOR, 16, 14,

@@ -82,8 +82,8 @@ class QueueQuotaInline(admin.TabularInline):
 
 @admin.register(Queue)
 class QueueAdmin(AuditedModelAdmin):
-    list_display = ("name", "team", "cohort", "reclaim_within_cohort")
-    list_filter = ("cohort", "team", "reclaim_within_cohort")
+    list_display = ("name", "team", "cohort", "reclaim_within_cohort", "borrow_non_preemptible")
+    list_filter = ("cohort", "team", "reclaim_within_cohort", "borrow_non_preemptible")
     search_fields = ("name", "team__name")
     list_select_related = ("team", "cohort")
     inlines = [QueueQuotaInline]

@@ -15,7 +15,7 @@ from django.template.defaultfilters import pluralize
 from fleet.models import Gpu, GpuFlavor
 
 from .choices import ACTIVE_STATES, WAITING_STATES
-from .engine import checkpoint_interval, job_mtbf
+from .engine import job_mtbf, young_interval
 from .models import Allocation, PodSet, Queue, QueueQuota, TeamMembership, Workload
 from .snapshot import queue_order
 from .usage import Key, QuotaLine, Usage, compute_usage, held_by_queue, pod_set_gpus
@@ -54,22 +54,32 @@ def register_failure_source(fn) -> None:
     _failure_source = fn
 
 
+def observed_gpu_hours(*, since: datetime, now: datetime) -> float:
+    """GPU-hours the fleet has been watched since `since`: each GPU from when it was first seen."""
+    young = Gpu.objects.filter(first_seen_at__gt=since)
+    hours = sum(max(0.0, (now - seen).total_seconds()) for seen in young.values_list("first_seen_at", flat=True))
+    old = Gpu.objects.filter(first_seen_at__lte=since).count()
+    return hours / 3600 + old * (now - since).total_seconds() / 3600
+
+
 def mtbf_per_gpu_hours(now: datetime) -> tuple[float, str]:
     """Mean time between failures of one GPU, in hours, from the fleet's failure history over
-    the last FAILURE_WINDOW_DAYS: (GPUs × window hours) / failures. With no failures recorded,
-    DEFAULT_MTBF_GPU_HOURS. Returns the value and where it came from."""
+    the last FAILURE_WINDOW_DAYS: observed GPU-hours / failures, a GPU counting from when it was
+    first seen (not the whole window, which would credit a just-installed fleet with 90 days of
+    good behaviour). With no failures recorded, DEFAULT_MTBF_GPU_HOURS. Returns the value and
+    where it came from."""
     since = now - timedelta(days=FAILURE_WINDOW_DAYS)
     failures = _failure_source(since) if _failure_source is not None else 0
-    gpus = Gpu.objects.count()
-    if failures <= 0 or gpus == 0:
+    hours = observed_gpu_hours(since=since, now=now)
+    if failures <= 0 or hours <= 0:
         return DEFAULT_MTBF_GPU_HOURS, "default (no failures recorded)"
-    hours = gpus * FAILURE_WINDOW_DAYS * 24.0
-    return hours / failures, (f"{failures} failure{pluralize(failures)} over {gpus} GPU{pluralize(gpus)} × "
-                              f"{FAILURE_WINDOW_DAYS} days")
+    return hours / failures, (f"{failures} failure{pluralize(failures)} over {hours:,.1f} observed GPU-hours "
+                              f"(last {FAILURE_WINDOW_DAYS} days)")
 
 
 def checkpoint_advice(workload: Workload, *, now: datetime, gpus: int | None = None) -> dict:
-    """Young's interval sqrt(2 · C · MTBF_job) for the workload, with its inputs."""
+    """Young's interval sqrt(2 · C · MTBF_job) for the workload, with its inputs. The job's MTBF
+    is the workload's own when its owner gave one, else the fleet's per-GPU MTBF over its GPUs."""
     if gpus is None:
         gpus = workload.total_gpus
     mtbf_gpu_h, source = mtbf_per_gpu_hours(now)
@@ -80,16 +90,23 @@ def checkpoint_advice(workload: Workload, *, now: datetime, gpus: int | None = N
         "mtbf_per_gpu_hours": round(mtbf_gpu_h, 1),
         "mtbf_source": source,
         "job_mtbf_hours": None,
+        "job_mtbf_source": "",
         "interval_seconds": None,
         "current_interval_seconds": workload.checkpoint_interval_seconds,
         "expected_loss_per_failure_seconds": None,
     }
-    if gpus >= 1:
-        advice["job_mtbf_hours"] = round(job_mtbf(mtbf_gpu_h * 3600, gpus) / 3600, 2)
-        if write_s > 0:
-            interval = checkpoint_interval(write_s, mtbf_gpu_h * 3600, gpus)
-            advice["interval_seconds"] = round(interval)
-            advice["expected_loss_per_failure_seconds"] = round(interval / 2)
+    if workload.mtbf_hours:
+        job_mtbf_s, advice["job_mtbf_source"] = workload.mtbf_hours * 3600, "the workload's own"
+    elif gpus >= 1:
+        job_mtbf_s = job_mtbf(mtbf_gpu_h * 3600, gpus)
+        advice["job_mtbf_source"] = f"the fleet's per-GPU MTBF over {gpus} GPU{pluralize(gpus)}"
+    else:
+        return advice
+    advice["job_mtbf_hours"] = round(job_mtbf_s / 3600, 2)
+    if write_s > 0:
+        interval = young_interval(write_s, job_mtbf_s)
+        advice["interval_seconds"] = round(interval)
+        advice["expected_loss_per_failure_seconds"] = round(interval / 2)
     return advice
 
 
@@ -182,6 +199,7 @@ def _usage_row(usage: Usage, queue: Queue, flavor: str) -> dict:
         "team_id": queue.team_id,
         "cohort": queue.cohort.name if queue.cohort else None,
         "reclaim_within_cohort": queue.reclaim_within_cohort,
+        "borrow_non_preemptible": queue.borrow_non_preemptible,
         "flavor": flavor,
         "nominal": usage.nominal,
         "borrowing_limit": usage.borrowing_limit,

@@ -220,9 +220,10 @@ def _load_nodes(index: SnapshotIndex, held: list[tuple], only: list[int] | None 
 
 def _load_queues(held: list[tuple], flavor_of_node: dict[int, str], queue_of: dict[int, str]) -> dict[str, QueueView]:
     queues = {
-        name: QueueView(name=name, team=team, cohort=cohort, quotas={}, reclaim_within_cohort=ReclaimPolicy(reclaim))
-        for name, team, cohort, reclaim in Queue.objects.values_list(
-            "name", "team__name", "cohort__name", "reclaim_within_cohort"
+        name: QueueView(name=name, team=team, cohort=cohort, quotas={}, reclaim_within_cohort=ReclaimPolicy(reclaim),
+                        borrow_non_preemptible=bool(lend_firm))
+        for name, team, cohort, reclaim, lend_firm in Queue.objects.values_list(
+            "name", "team__name", "cohort__name", "reclaim_within_cohort", "borrow_non_preemptible"
         )
     }
     quota_rows = QueueQuota.objects.values_list(

@@ -116,6 +116,7 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
             "run_seconds",
             "checkpoint_interval_seconds",
             "elastic_min_replicas",
+            "mtbf_hours",
             "placements",
             "devices",
             "transitions",
@@ -138,6 +139,8 @@ class QueueUsageSerializer(serializers.Serializer):
         choices=ReclaimPolicy.choices,
         help_text="Below its nominal quota, whom the queue may preempt among its cohort's borrowers",
     )
+    borrow_non_preemptible = serializers.BooleanField(
+        help_text="Work of a non-preemptible priority class may borrow from the cohort")
     flavor = serializers.CharField()
     nominal = serializers.IntegerField()
     borrowing_limit = serializers.IntegerField(allow_null=True)
@@ -222,3 +225,6 @@ class WorkloadSubmitSerializer(serializers.Serializer):
                                                            max_value=limits.MAX_SECONDS)
     elastic_min_replicas = serializers.IntegerField(required=False, allow_null=True, min_value=1,
                                                     max_value=limits.MAX_REPLICAS)
+    mtbf_hours = serializers.FloatField(required=False, allow_null=True, min_value=limits.MIN_MTBF_HOURS,
+                                        max_value=limits.MAX_MTBF_HOURS,
+                                        help_text="The job's own MTBF for its checkpoint advice (default: the fleet's)")

@@ -108,8 +108,8 @@ class Reservations:
         if not usable:
             return miss
         # Capacity only shrinks between hold changes, so a failed shape stays failed until then.
-        key = (self.epoch, wl.queue, wl.topology, wl.topology_required, tuple(n.spec for n in needs),
-               tuple(h.owner for h in usable))
+        key = (self.epoch, wl.queue, wl.preemptible, wl.topology, wl.topology_required,
+               tuple(n.spec for n in needs), tuple(h.owner for h in usable))
         if key in self._no_backfill:
             return miss
         saved = [(h, h.changes) for h in usable]
@@ -134,7 +134,7 @@ class Reservations:
         between admissions and hold changes the capacity under the holds stays the same."""
         if not self.holds:
             return miss
-        key = (self.epoch, admitted, wl.queue, wl.topology, wl.topology_required,
+        key = (self.epoch, admitted, wl.queue, wl.preemptible, wl.topology, wl.topology_required,
                tuple(n.spec for n in needs))
         fits = self._verdicts.get(key)
         if fits is None:

@@ -107,8 +107,11 @@ class QuotaBook:
             return 0
         return self._pool_of(cohort, flavor) - self._net(queue, flavor)
 
-    def check(self, queue: str, request: dict[str, int]) -> QuotaVerdict:
-        """Does the request fit the queue's quota, borrowing from the cohort if needed?"""
+    def check(self, queue: str, request: dict[str, int], *, preemptible: bool = True) -> QuotaVerdict:
+        """Does the request fit the queue's quota, borrowing from the cohort if needed?
+
+        Work that is not `preemptible` borrows only where the queue allows it (borrowed GPUs
+        are lent on the promise that the lender can take them back)."""
         q = self.queues.get(queue)
         if q is None:
             return QuotaVerdict(False, reason=PendingReason.QUOTA_EXCEEDED, message=f"queue {queue} does not exist")
@@ -127,6 +130,10 @@ class QuotaBook:
                     f"so it must borrow {excess}")
             if not q.cohort:
                 return QuotaVerdict(False, reason=PendingReason.QUOTA_EXCEEDED, message=f"{head} but is in no cohort")
+            if not preemptible and not q.borrow_non_preemptible:
+                return QuotaVerdict(False, reason=PendingReason.BORROWING_LIMIT,
+                                    message=f"{head}, and its priority class is not preemptible: queue {queue} lets "
+                                            "only preemptible work borrow (the lender could never reclaim it)")
             if quota.borrowing_limit is not None and excess > quota.borrowing_limit:
                 return QuotaVerdict(False, reason=PendingReason.BORROWING_LIMIT,
                                     message=f"{head} beyond its borrowing limit {quota.borrowing_limit}")

@@ -160,7 +160,8 @@ class Round:
         versions are wound back after it (place is never re-entered, so no remembered miss
         carries a version used only inside the failed attempt)."""
         cap_v, quota_v = self.cap.version, self.quota.version
-        key = (cap_v, quota_v, quiet, wl.queue, wl.topology, wl.topology_required, tuple(n.spec for n in needs))
+        key = (cap_v, quota_v, quiet, wl.queue, wl.preemptible, wl.topology, wl.topology_required,
+               tuple(n.spec for n in needs))
         known = self._misses.get(key)
         if known is not None:
             return known
@@ -188,7 +189,7 @@ class Round:
                 self.cap.undo(changes, taken=True)
                 return got
             placements.extend(got)
-        verdict = self.quota.check(wl.queue, request)
+        verdict = self.quota.check(wl.queue, request, preemptible=wl.preemptible)
         return Placed(placements, changes, request, verdict.borrowed)
 
     def _place_need(self, wl: WorkloadSpec, need: Need, base: Where, request: dict[str, int],
@@ -201,7 +202,7 @@ class Round:
         for flavor in flavors:
             req = dict(request)
             req[flavor] = req.get(flavor, 0) + need.quota_gpus
-            verdict = self.quota.check(wl.queue, req)
+            verdict = self.quota.check(wl.queue, req, preemptible=wl.preemptible)
             if not verdict.ok:
                 assert verdict.reason is not None
                 miss = miss or Miss(verdict.reason, verdict.message)

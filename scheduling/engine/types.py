@@ -90,6 +90,8 @@ class QueueView:
     usage: dict[str, int] = field(default_factory=dict)
     reclaim_within_cohort: ReclaimPolicy = ReclaimPolicy.ANY
 
+    # Non-preemptible work may borrow only where the queue says so: nobody could reclaim it.
+    borrow_non_preemptible: bool = False
 
 @dataclass(frozen=True, slots=True)
 class PodSetSpec:

@@ -93,7 +93,7 @@ def test_teams_queues_quotas_and_priority_classes(demo):
     h100 = dict(QueueQuota.objects.filter(flavor__name="H100-SXM-80GB").values_list("queue__name", "nominal"))
     # evaluation starts with 8 and gives 4 back through an applied quota request
     # (demo/quota_requests.py), so research's open request can be approved cleanly.
-    assert h100 == {"research-q": 40, "inference-q": 16, "evaluation-q": 4}
+    assert h100 == {"research-q": 48, "inference-q": 8, "evaluation-q": 4}
     assert not QueueQuota.objects.filter(borrowing_limit__isnull=True).exists()
     classes = list(PriorityClass.objects.values_list(
         "name", "value", "preemptible", "may_preempt", "grace_seconds", "min_runtime_seconds"))

@@ -74,3 +74,16 @@ def test_a_queue_that_reclaims_never_or_only_from_lower_priority_waits_for_an_eq
     evaluation.refresh_from_db()
     assert evaluation.state == WorkloadState.PENDING and evaluation.pending_reason == "INSUFFICIENT_CAPACITY"
 
+
+def test_non_preemptible_work_does_not_borrow_unless_its_queue_allows_it(lenders, clock):
+    train = _submit(training("train-48", 48))  # training-prod: not preemptible
+
+    run_round(clock)
+    train.refresh_from_db()
+    assert train.state == WorkloadState.PENDING and train.pending_reason == "BORROWING_LIMIT"
+    assert "not preemptible" in train.pending_message and _held(train) == 0
+
+    Queue.objects.filter(name="research-q").update(borrow_non_preemptible=True)
+    run_round(clock)
+    train.refresh_from_db()
+    assert train.state == WorkloadState.RUNNING and train.borrowed == {FLAVOR: 16}

@@ -72,10 +72,11 @@ class SnapshotBuilder:
 
     def queue(self, name: str, quota: int | dict[str, Quota] = 1000, *, cohort: str | None = None,
               flavor: str = "h100", borrowing_limit: int | None = None, lending_limit: int | None = None,
-              usage: dict[str, int] | None = None, reclaim: ReclaimPolicy = ReclaimPolicy.ANY) -> SnapshotBuilder:
+              usage: dict[str, int] | None = None, reclaim: ReclaimPolicy = ReclaimPolicy.ANY,
+              borrow_non_preemptible: bool = False) -> SnapshotBuilder:
         quotas = quota if isinstance(quota, dict) else {flavor: Quota(quota, borrowing_limit, lending_limit)}
         self._queues[name] = QueueView(name=name, team=name, cohort=cohort, quotas=quotas, usage=dict(usage or {}),
-                                       reclaim_within_cohort=reclaim)
+                                       reclaim_within_cohort=reclaim, borrow_non_preemptible=borrow_non_preemptible)
         return self
 
     def job(self, id: int, name: str, *, queue: str = "q", priority: int = 0, submitted: float | None = None,
@@ -83,13 +84,13 @@ class SnapshotBuilder:
             required: bool = False, time_limit: float | None = None, may_preempt: bool = False,
             milli: int | None = None, mig: str | None = None, products: tuple[str, ...] = (),
             cpu: int = 0, mem: int = 0, pod_sets: tuple[PodSetSpec, ...] | None = None,
-            elastic_min: int | None = None) -> SnapshotBuilder:
+            elastic_min: int | None = None, preemptible: bool = True) -> SnapshotBuilder:
         sets = pod_sets or (PodSetSpec("main", replicas, 0 if milli else gpus, flavor, products, milli, mig, cpu, mem),)
         self._pending.append(WorkloadSpec(
             id=id, name=name, queue=queue, priority=priority,
             submitted_at=float(id if submitted is None else submitted),
             pod_sets=sets, topology=topology, topology_required=required, time_limit_s=time_limit,
-            may_preempt=may_preempt, elastic_min_replicas=elastic_min,
+            may_preempt=may_preempt, elastic_min_replicas=elastic_min, preemptible=preemptible,
         ))
         return self
 

@@ -80,7 +80,7 @@ def test_a_team_member_files_and_an_operator_approves(transactional_db, live_ser
 
 def test_a_new_user_walks_the_demo_loop(transactional_db, live_server, browser, artifacts_dir):
     """On the demo data: alice sees her pending request, files and withdraws another; ops approves
-    hers without an override, is warned about bob's, denies it; alice sees 44 H100s."""
+    hers without an override, is warned about bob's, denies it; alice sees 52 H100s."""
     from django.core.management import call_command
     from playwright.sync_api import expect
 
@@ -92,7 +92,7 @@ def test_a_new_user_walks_the_demo_loop(transactional_db, live_server, browser, 
     alice = log_in(browser, live_server, "alice", "alice-demo")
     alice.goto(team_url)
     h100_row = alice.locator(f"#usage-table tr[data-flavor='{mine.flavor.name}'] td.nominal")
-    expect(h100_row).to_have_text("40")
+    expect(h100_row).to_have_text("48")
     expect(alice.locator(f".request-table tr[data-request='{mine.pk}']")).to_contain_text("Submitted")
     alice.click(".page-head a.button")
     alice.select_option("#id_flavor", label="A100-SXM-80GB")
@@ -118,7 +118,7 @@ def test_a_new_user_walks_the_demo_loop(transactional_db, live_server, browser, 
     expect(ops.locator(".messages")).to_contain_text(f"Request #{bobs.pk} denied")
 
     alice.goto(team_url)
-    expect(h100_row).to_have_text("44")
+    expect(h100_row).to_have_text("52")
     history = alice.locator(".audit-table")
     for verb in ("quota_request.submit", "quota_request.withdraw", "quota_request.approve", "quota.apply"):
         expect(history).to_contain_text(verb)
