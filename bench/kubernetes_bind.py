@@ -134,10 +134,14 @@ def reset(admin, *, nodes: bool) -> None:
                     admin.request("DELETE", path, query=query, timeout=120)
                 except KubernetesError as exc:
                     print(f"  delete {path}: {exc.message}; asking again", flush=True)
-        left = len(admin.list(f"/api/v1/namespaces/{NAMESPACE}/pods")[0]) + len(
-            admin.list(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs")[0])
-        if nodes:
-            left += len(admin.list("/api/v1/nodes", label_selector=BENCH_LABEL)[0])
+        try:
+            left = len(admin.list(f"/api/v1/namespaces/{NAMESPACE}/pods")[0]) + len(
+                admin.list(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs")[0])
+            if nodes:
+                left += len(admin.list("/api/v1/nodes", label_selector=BENCH_LABEL)[0])
+        except KubernetesError as exc:  # a loaded API server times a list out (504): look again
+            print(f"  counting what is left: {exc.message}; looking again", flush=True)
+            left = -1
         if not left:
             return
         time.sleep(1)
