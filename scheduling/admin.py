@@ -99,8 +99,9 @@ class QueueQuotaAdmin(AuditedModelAdmin):
 
 @admin.register(PriorityClass)
 class PriorityClassAdmin(AuditedModelAdmin):
-    list_display = ("name", "value", "preemptible", "may_preempt", "grace_seconds", "min_runtime_seconds")
-    list_filter = ("preemptible", "may_preempt")
+    list_display = ("name", "value", "preemptible", "may_preempt", "hard_preemption", "grace_seconds",
+                    "min_runtime_seconds", "cooldown_seconds")
+    list_filter = ("preemptible", "may_preempt", "hard_preemption")
     search_fields = ("name", "description")
 
 

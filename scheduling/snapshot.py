@@ -321,6 +321,7 @@ PENDING_COLUMNS = (
     "topology_mode",
     "time_limit_seconds",
     "elastic_min_replicas",
+    "priority_class__hard_preemption",
     # What a round changes on a waiting workload; never part of its spec.
     "reserved_placements",
     "pending_reason",
@@ -411,7 +412,8 @@ def _pending_specs(rows: list[tuple]) -> dict[int, tuple[tuple, WorkloadSpec, di
         ps_ids[row[0]][row[2]] = (row[1], row[7])
     out = {}
     for row in rows:
-        pk, name, queue, prio, may_preempt, preemptible, submitted, level, mode, limit, elastic_min = row[:SPEC_COLUMNS]
+        pk, name, queue, prio, may_preempt, preemptible, submitted, level, mode, limit, elastic_min, hard = (
+            row[:SPEC_COLUMNS])
         if pk not in pod_sets:
             continue
         spec = WorkloadSpec(
@@ -427,6 +429,7 @@ def _pending_specs(rows: list[tuple]) -> dict[int, tuple[tuple, WorkloadSpec, di
             may_preempt=bool(may_preempt),
             preemptible=bool(preemptible),
             elastic_min_replicas=elastic_min,
+            hard_preempt=bool(hard),
         )
         out[pk] = (row[1:SPEC_COLUMNS], spec, ps_ids[pk])
     return out
@@ -447,6 +450,8 @@ ACTIVE_COLUMNS = (
     "time_limit_seconds",
     "borrowed",
     "state",
+    "checkpoint_enabled",
+    "priority_class__cooldown_seconds",
 )
 
 
@@ -484,6 +489,8 @@ def _load_running(
         limit,
         borrowed,
         state,
+        checkpointing,
+        cooldown,
     ) in rows:
         began = _aware(started or admitted)
         start = began.timestamp() if began else 0.0
@@ -508,6 +515,8 @@ def _load_running(
                 expected_end=start + limit if limit else None,
                 preempting=state == WorkloadState.PREEMPTING,
                 preemptor_id=preemptors.get(pk),
+                checkpointing=bool(checkpointing),
+                cooldown_s=float(cooldown),
             )
         )
     return running

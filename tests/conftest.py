@@ -177,7 +177,8 @@ def cluster(db) -> GpuFlavor:
 def classes(db) -> dict[str, PriorityClass]:
     return {
         "training-prod": PriorityClass.objects.create(
-            name="training-prod", value=1000, may_preempt=True, preemptible=False, grace_seconds=120
+            name="training-prod", value=1000, may_preempt=True, preemptible=False, grace_seconds=120,
+            hard_preemption=True,  # its victims here mostly do not checkpoint
         ),
         "research-batch": PriorityClass.objects.create(
             name="research-batch", value=100, preemptible=True, grace_seconds=60, min_runtime_seconds=600

@@ -4,7 +4,9 @@ Rules:
 * only when nothing else places the workload (the round tries that first) and it either
   may_preempt or reclaims its own nominal quota from queues borrowing in its cohort (Kueue's
   reclaimWithinCohort, per queue: Never, LowerPriority, or Any borrower whatever its priority);
-* victims are preemptible, past their minimum runtime and not preempted within the cooldown,
+* a priority preemption stops only work that checkpoints, unless the preemptor's class may
+  preempt hard; a reclaim takes back lent quota from any borrower (lending promised it);
+* victims are preemptible, past their minimum runtime and not preempted within their class's cooldown,
   and of lower priority unless reclaimed under Any; borrowers in the preemptor's cohort go
   first (RECLAIM_BORROWED), then the least lost work (GPUs x seconds since the last checkpoint or start);
 * victims already stopping for this preemptor count as freeing capacity: if they suffice the
@@ -18,7 +20,7 @@ from .backfill import Attempt, Hold, Reservations
 from .config import SchedulerConfig
 from .placement import Need, Placed, flavor_demand
 from .quota import QuotaBook
-from .reasons import Miss
+from .reasons import Miss, clock
 from .snapshot import Capacity, Change
 from .types import PendingReason, Preempt, PreemptionReason, ReclaimPolicy, RunningWorkload, WorkloadSpec
 
@@ -38,6 +40,8 @@ class Preemptor:
         self.attempt = attempt
         self.reservations = reservations
         self.preemptions: list[Preempt] = []
+        # Preemptor id -> when the protected victims it will preempt may be preempted, and them.
+        self.waits: dict[int, tuple[float, list[RunningWorkload]]] = {}
         self.victims: set[int] = set()  # chosen this round, never chosen twice
         self.stopping_claimed: set[int] = set()
         self.eligible = sorted(
@@ -66,11 +70,19 @@ class Preemptor:
         return sum(rw.flavor_gpus.values()) * max(0.0, self.now - since)
 
     def protected(self, rw: RunningWorkload) -> bool:
-        now = self.now
-        if now - rw.started_at < rw.min_runtime_s:
-            return True
-        cooldown = self.config.preemption_cooldown_s
-        return rw.last_preempted_at is not None and now - rw.last_preempted_at < cooldown
+        return self.protected_until(rw) > self.now
+
+    def protected_until(self, rw: RunningWorkload) -> float:
+        """When neither its minimum runtime nor its cooldown after a preemption protects `rw`."""
+        until = rw.started_at + rw.min_runtime_s
+        cooldown = self.config.preemption_cooldown_s if rw.cooldown_s is None else rw.cooldown_s
+        if rw.last_preempted_at is not None:
+            until = max(until, rw.last_preempted_at + cooldown)
+        return until
+
+    def _protection(self, rw: RunningWorkload) -> str:
+        runtime_end = rw.started_at + rw.min_runtime_s
+        return "its minimum runtime" if runtime_end >= self.protected_until(rw) else "its cooldown after a preemption"
 
     def _release(self, rw: RunningWorkload) -> list[Change]:
         self.quota.add(rw.queue, rw.flavor_gpus, -1)
@@ -105,6 +117,8 @@ class Preemptor:
             chosen = self._choose(wl, needs, miss)
             if chosen is None:
                 return None
+            if isinstance(chosen, Miss):
+                return chosen
             victims, placed = chosen
             self._emit(wl, victims)
             self._hold(wl, placed, released)
@@ -137,7 +151,9 @@ class Preemptor:
         return out
 
     def _choose(self, wl: WorkloadSpec, needs: list[Need], miss: Miss
-                ) -> tuple[list[tuple[RunningWorkload, PreemptionReason]], Placed] | None:
+                ) -> tuple[list[tuple[RunningWorkload, PreemptionReason]], Placed] | Miss | None:
+        """The victims and the placement they free; or, when only victims still protected by
+        their minimum runtime (or cooldown) would free it, a Miss saying whom and when."""
         request = flavor_demand(self.cap, needs)
         quota = self.quota
         view = quota.queues.get(wl.queue)
@@ -153,8 +169,9 @@ class Preemptor:
         lowest = self.lowest_eligible if wl.may_preempt else self.lowest_borrower.get(cohort or "")
         if not reclaim_any and (lowest is None or lowest >= wl.priority):
             return None
+        later = []
         for rw in pool:
-            if rw.id in self.victims or self.protected(rw):
+            if rw.id in self.victims:
                 continue
             if not any(f in request for f in rw.flavor_gpus):
                 continue
@@ -164,13 +181,30 @@ class Preemptor:
             if borrower:
                 if policy == ReclaimPolicy.LOWER_PRIORITY and rw.priority >= wl.priority:
                     continue
-            elif not wl.may_preempt or rw.priority >= wl.priority:
+            elif not wl.may_preempt or rw.priority >= wl.priority or not (rw.checkpointing or wl.hard_preempt):
                 continue
             kind = PreemptionReason.RECLAIM_BORROWED if borrower else PreemptionReason.PRIORITY
-            candidates.append((0 if borrower else 1, self.lost_work(rw), rw.priority, rw.id, rw, kind))
-        if not candidates:
-            return None
+            entry = (0 if borrower else 1, self.lost_work(rw), rw.priority, rw.id, rw, kind)
+            (later if self.protected(rw) else candidates).append(entry)
         candidates.sort(key=lambda c: c[:4])
+        chosen = self._pick(wl, needs, candidates) if candidates else None
+        if chosen is not None or not later:
+            return chosen
+        # Only protected victims would do: say whom the workload will preempt, and when.
+        eventual = self._pick(wl, needs, sorted(candidates + later, key=lambda c: c[:4]))
+        if eventual is None:
+            return None
+        waits = [rw for rw, _kind in eventual[0] if self.protected(rw)]
+        when = max(self.protected_until(rw) for rw in waits)
+        self.waits[wl.id] = (when, waits)
+        what = " and ".join(sorted({self._protection(rw) for rw in waits}))
+        names = ", ".join(rw.name for rw in waits)
+        return Miss(PendingReason.WAITING_FOR_PREEMPTION,
+                    f"will preempt {names} when {what} ends at {clock(when)}")
+
+    def _pick(self, wl: WorkloadSpec, needs: list[Need], candidates: list[tuple]
+              ) -> tuple[list[tuple[RunningWorkload, PreemptionReason]], Placed] | None:
+        """Release `candidates` in order until `wl` places, then keep a minimal set of them."""
         taken: list[tuple[RunningWorkload, PreemptionReason, list[Change]]] = []
         placed = None
         for *_, rw, kind in candidates:
@@ -213,6 +247,7 @@ class Preemptor:
                 why = f"{wl.name} (priority {wl.priority}) needs the GPUs of {rw.name} (priority {rw.priority})"
             self.preemptions.append(
                 Preempt(rw.id, wl.id, kind,
-                        f"{why}; {self.lost_work(rw) / 3600:.2f} GPU-hours of work since its last checkpoint",
+                        f"{why}; {self.lost_work(rw) / 3600:.2f} GPU-hours of work since its "
+                        + ("last checkpoint" if rw.checkpointing else "start (it does not checkpoint)"),
                         self.now + rw.grace_s)
             )

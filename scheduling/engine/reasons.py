@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from .placement import Kind, Need, Where, whole_candidates
 from .snapshot import Capacity, FlavorIndex
@@ -25,6 +26,11 @@ class Miss:
     @property
     def is_capacity(self) -> bool:
         return self.reason in CAPACITY_REASONS
+
+
+def clock(at: float) -> str:
+    """A moment as the reasons show it: UTC, to the minute."""
+    return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def explain(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> Miss:

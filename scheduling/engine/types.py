@@ -140,6 +140,8 @@ class WorkloadSpec:
     time_limit_s: float | None = None
     may_preempt: bool = False
     preemptible: bool = True
+    # May preempt work that does not checkpoint (it loses everything since its start).
+    hard_preempt: bool = False
     # Elastic gang: with one pod set, it may start with as few as this many replicas when the
     # full size does not fit (None: all replicas or nothing).
     elastic_min_replicas: int | None = None
@@ -180,6 +182,9 @@ class RunningWorkload:
     expected_end: float | None = None  # started_at + time limit, for backfill reservations
     preempting: bool = False  # already being preempted: its GPUs free up at its deadline
     preemptor_id: int | None = None  # while preempting: the workload its GPUs are freed for
+    # Resumes from a checkpoint after a stop; only a hard preemptor (or a reclaim) stops one that does not.
+    checkpointing: bool = True
+    cooldown_s: float | None = None  # its class's cooldown after a preemption; None: the round's default
 
 
 @dataclass(slots=True)

@@ -101,7 +101,7 @@ def test_preemption_history_shows_both_sides_the_grace_given_and_used_and_the_lo
     assert ">high</a>" in history and ">low</a>" in history and "PRIORITY" in history
     assert f"{grace} s, then stopped hard" in history and f"(after {grace + 9} s)" in history
     assert f"{preemption.lost_gpu_seconds / 3600:.2f}" in history
-    assert "GPU-hours of work since its last checkpoint" in history
+    assert "GPU-hours of work since its start (it does not checkpoint)" in history
 
     victim = page.get(f"/scheduling/workloads/{low.pk}/").content.decode()
     assert 'id="preempted"' in victim and ">high</a>" in victim and "then stopped hard" in victim

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from core.actors import Actor
 from scheduling.choices import ReclaimPolicy, WorkloadState
-from scheduling.models import Allocation, Preemption, Queue, QueueQuota, Team, Workload
+from scheduling.models import Allocation, Preemption, PriorityClass, Queue, QueueQuota, Team, Workload
 from scheduling.services import workload_submit
 from tests.cluster import FLAVOR, make_cluster, run_round, training
 
@@ -87,3 +89,58 @@ def test_non_preemptible_work_does_not_borrow_unless_its_queue_allows_it(lenders
     run_round(clock)
     train.refresh_from_db()
     assert train.state == WorkloadState.RUNNING and train.borrowed == {FLAVOR: 16}
+
+
+@pytest.fixture
+def one_node(db, team, classes):
+    flavor = make_cluster(nodes=1)
+    queue = Queue.objects.create(name="research-q", team=team)
+    QueueQuota.objects.create(queue=queue, flavor=flavor, nominal=64)
+    return flavor
+
+
+def test_only_work_that_checkpoints_is_preempted_unless_the_preemptor_may_preempt_hard(one_node, clock):
+    PriorityClass.objects.filter(name="training-prod").update(hard_preemption=False)
+    low = _submit(training("sweep", 8, priority="research-batch"))  # no checkpointing
+    run_round(clock)
+    clock.advance(3600)
+    urgent = _submit(training("urgent", 8))  # training-prod may preempt
+
+    run_round(clock)
+    assert not Preemption.objects.exists()
+    urgent.refresh_from_db()
+    assert urgent.pending_reason == "INSUFFICIENT_CAPACITY"
+
+    PriorityClass.objects.filter(name="training-prod").update(hard_preemption=True)
+    run_round(clock)
+    preemption = Preemption.objects.get()
+    assert (preemption.victim, preemption.preemptor) == (low, urgent)
+    assert "8.00 GPU-hours of work since its start (it does not checkpoint)" in preemption.message
+
+
+@pytest.mark.parametrize(("cooldown", "preempted"), [(3600, False), (600, True)])
+def test_the_cooldown_after_a_preemption_is_the_victims_class_setting(one_node, clock, cooldown, preempted):
+    PriorityClass.objects.filter(name="research-batch").update(cooldown_seconds=cooldown)
+    low = _submit(training("sweep", 8, priority="research-batch", checkpoint={"enabled": True, "write_seconds": 10}))
+    run_round(clock)
+    clock.advance(3600)
+    Workload.objects.filter(pk=low.pk).update(last_preempted_at=clock.now - timedelta(seconds=900))
+    _submit(training("urgent", 8))
+
+    run_round(clock)
+    assert Preemption.objects.filter(victim=low).exists() == preempted
+
+
+def test_a_workload_waiting_for_a_victims_minimum_runtime_says_whom_and_when(one_node, clock):
+    low = _submit(training("sweep", 8, priority="research-batch", checkpoint={"enabled": True, "write_seconds": 10}))
+    run_round(clock)
+    low.refresh_from_db()
+    clock.advance(100)
+    urgent = _submit(training("urgent", 8))
+
+    run_round(clock)
+    urgent.refresh_from_db()
+    ends = low.started_at + timedelta(seconds=600)  # research-batch's minimum runtime
+    assert urgent.pending_reason == "WAITING_FOR_PREEMPTION"
+    assert urgent.pending_message == f"will preempt sweep when its minimum runtime ends at {ends:%Y-%m-%d %H:%M} UTC"
+    assert not Preemption.objects.exists()

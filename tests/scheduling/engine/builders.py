@@ -84,13 +84,13 @@ class SnapshotBuilder:
             required: bool = False, time_limit: float | None = None, may_preempt: bool = False,
             milli: int | None = None, mig: str | None = None, products: tuple[str, ...] = (),
             cpu: int = 0, mem: int = 0, pod_sets: tuple[PodSetSpec, ...] | None = None,
-            elastic_min: int | None = None, preemptible: bool = True) -> SnapshotBuilder:
+            elastic_min: int | None = None, preemptible: bool = True, hard: bool = False) -> SnapshotBuilder:
         sets = pod_sets or (PodSetSpec("main", replicas, 0 if milli else gpus, flavor, products, milli, mig, cpu, mem),)
         self._pending.append(WorkloadSpec(
             id=id, name=name, queue=queue, priority=priority,
             submitted_at=float(id if submitted is None else submitted),
             pod_sets=sets, topology=topology, topology_required=required, time_limit_s=time_limit,
-            may_preempt=may_preempt, elastic_min_replicas=elastic_min, preemptible=preemptible,
+            may_preempt=may_preempt, elastic_min_replicas=elastic_min, preemptible=preemptible, hard_preempt=hard,
         ))
         return self
 
@@ -98,7 +98,8 @@ class SnapshotBuilder:
                 flavor: str = "h100", started_ago: float = 7200.0, checkpoint_ago: float | None = None,
                 preemptible: bool = True, borrowed: int = 0, min_runtime: float = 600.0,
                 preempted_ago: float | None = None, ends_in: float | None = None, preempting: bool = False,
-                preemptor: int | None = None, grace: float = 60.0, count_usage: bool = True) -> SnapshotBuilder:
+                preemptor: int | None = None, grace: float = 60.0, count_usage: bool = True,
+                checkpoints: bool = True, cooldown: float | None = None) -> SnapshotBuilder:
         placements = []
         for r, (node, indices) in enumerate(on.items()):
             for i in indices:
@@ -116,7 +117,7 @@ class SnapshotBuilder:
             borrowed={flavor: borrowed} if borrowed else {}, grace_s=grace, min_runtime_s=min_runtime,
             last_preempted_at=None if preempted_ago is None else self.now - preempted_ago,
             expected_end=None if ends_in is None else self.now + ends_in, preempting=preempting,
-            preemptor_id=preemptor,
+            preemptor_id=preemptor, checkpointing=checkpoints, cooldown_s=cooldown,
         ))
         return self
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.engine.types import PendingReason
+from scheduling.engine.types import PendingReason, PreemptionReason
 
 from .builders import Case, SnapshotBuilder, case, run
 
@@ -47,3 +47,87 @@ BORROW_CASES = [
 def test_borrowing_of_non_preemptible_work(c: Case) -> None:
     run(c)
 
+
+# --- preempt only what checkpoints; the class's cooldown -----------------------------------------
+URGENT = {"priority": 100, "may_preempt": True}
+PRIORITY = PreemptionReason.PRIORITY
+
+
+def full_node(**victim: object) -> SnapshotBuilder:
+    """n1 full with workload 10 (`victim` options)."""
+    name = str(victim.pop("name", "low"))
+    return SnapshotBuilder().queue("q").node("n1").running(10, name, {"n1": ALL}, **victim)  # type: ignore[arg-type]
+
+
+def evals_and_trainer(hard: bool = False) -> SnapshotBuilder:
+    """n1 holds four 2-GPU evals that do not checkpoint (young); n2 a checkpointing trainer whose
+    last checkpoint is old: the evals lose less, but only a hard preemptor may stop them."""
+    b = SnapshotBuilder().queue("q").nodes("n1", "n2")
+    for i in range(4):
+        b.running(20 + i, f"eval-{i}", {"n1": (2 * i, 2 * i + 1)}, started_ago=1200, checkpoints=False)
+    b.running(30, "trainer", {"n2": ALL}, checkpoint_ago=5000)
+    return b.job(1, "urgent", gpus=8, hard=hard, **URGENT)
+
+
+def says_work_since_start_is_lost(result) -> None:
+    assert "since its start (it does not checkpoint)" in result.preemptions[0].message
+
+
+CHECKPOINT_CASES = [
+    case("work_that_does_not_checkpoint_is_not_preempted",
+         full_node(checkpoints=False).job(1, "urgent", gpus=8, **URGENT),
+         want_preemptions=[], want_pending={1: PendingReason.INSUFFICIENT_CAPACITY}),
+    case("a_hard_preemptor_may_stop_work_that_does_not_checkpoint",
+         full_node(checkpoints=False).job(1, "urgent", gpus=8, hard=True, **URGENT),
+         want_preemptions=[(10, 1, PRIORITY)], check=says_work_since_start_is_lost),
+    case("the_checkpointing_victim_is_chosen_over_cheaper_work_that_does_not_checkpoint",
+         evals_and_trainer(), want_victims=[30]),
+    case("a_hard_preemptor_takes_the_least_lost_work", evals_and_trainer(hard=True),
+         want_victims=[20, 21, 22, 23]),
+    case("the_cooldown_is_the_victims_class_setting[longer-than-since]",
+         full_node(preempted_ago=1000, cooldown=1800).job(1, "urgent", gpus=8, **URGENT), want_preemptions=[]),
+    case("the_cooldown_is_the_victims_class_setting[shorter-than-since]",
+         full_node(preempted_ago=1000, cooldown=900).job(1, "urgent", gpus=8, **URGENT), want_victims=[10]),
+]
+
+
+@pytest.mark.parametrize("c", CHECKPOINT_CASES)
+def test_preempt_only_what_checkpoints(c: Case) -> None:
+    run(c)
+
+
+# --- what a workload waits for ----------------------------------------------------------------------
+WAITING = PendingReason.WAITING_FOR_PREEMPTION
+
+
+def says(*fragments: str):
+    def check(result) -> None:
+        message = next(p.message for p in result.pending if p.workload_id == 1)
+        for fragment in fragments:
+            assert fragment in message
+    return check
+
+
+WAIT_CASES = [
+    # NOW is 1970-01-12 13:46:40 UTC; started 100 s ago with 600 s of minimum runtime: free at 13:55.
+    case("a_victim_in_its_minimum_runtime_is_named_with_the_time_it_ends",
+         full_node(name="young", started_ago=100).job(1, "urgent", gpus=8, **URGENT),
+         want_preemptions=[], want_pending={1: WAITING},
+         check=says("will preempt young when its minimum runtime ends at 1970-01-12 13:55 UTC")),
+    case("a_victim_in_its_cooldown_is_named_with_the_time_it_ends",
+         full_node(name="bounced", preempted_ago=1000).job(1, "urgent", gpus=8, **URGENT),
+         want_preemptions=[], want_pending={1: WAITING},
+         check=says("will preempt bounced when its cooldown after a preemption ends at 1970-01-12 14:30 UTC")),
+    case("an_unprotected_victim_is_preempted_now_rather_than_waiting_for_a_protected_one",
+         full_node(name="young", started_ago=100).node("n2").running(11, "old", {"n2": ALL})
+         .job(1, "urgent", gpus=8, **URGENT),
+         want_preemptions=[(11, 1, PRIORITY)]),
+    case("a_protected_victim_that_would_not_be_preempted_anyway_is_not_promised",
+         full_node(name="young", started_ago=100, checkpoints=False).job(1, "urgent", gpus=8, **URGENT),
+         want_pending={1: PendingReason.INSUFFICIENT_CAPACITY}),
+]
+
+
+@pytest.mark.parametrize("c", WAIT_CASES)
+def test_reasons_say_what_the_workload_waits_for(c: Case) -> None:
+    run(c)
