@@ -16,6 +16,7 @@ from functools import partial
 
 from .backfill import Reservations
 from .config import SchedulerConfig
+from .feasibility import NeverFit
 from .ordering import by_queue, round_order
 from .placement import Kind, Need, Placed, Where, flavor_demand, flavor_order, need_of, place_pod_set
 from .preemption import Preemptor
@@ -52,6 +53,7 @@ class Round:
         # Fragmentation-aware placement against the snapshot's typical mix; None: best fit.
         self.scorer = scorer_for(snapshot.typical_mix, self.cap.nodes)
         self.quota = QuotaBook(snapshot.queues)
+        self.never_fit = NeverFit(snapshot.nodes, self.now, lambda ideal: Round(ideal, config))
         self.result = RoundResult()
         attempt = partial(self.place, quiet=True)
         self.reservations = Reservations(cap=self.cap, running=snapshot.running, now=self.now, config=config,
@@ -109,7 +111,10 @@ class Round:
             self.admit(wl, got)
             return None
         miss = got
-        if miss.is_capacity or miss.reason in QUOTA_REASONS:
+        if (miss.is_capacity or miss.reason in QUOTA_REASONS) and miss.reason != PendingReason.FLAVOR_UNAVAILABLE:
+            why = self.never_fit.why(wl)
+            if why is not None:
+                return Miss(PendingReason.UNSATISFIABLE, f"can never fit the whole healthy fleet: {why}")
             waited = self.preemptor.handle(wl, needs, miss, own)
             if waited is not None:
                 return waited

@@ -28,6 +28,7 @@ class PendingReason(StrEnum):
     NODES_CORDONED = "NODES_CORDONED"
     RESERVED_FOR_HIGHER_PRIORITY = "RESERVED_FOR_HIGHER_PRIORITY"
     OPPORTUNISTIC_NO_IDLE = "OPPORTUNISTIC_NO_IDLE"
+    UNSATISFIABLE = "UNSATISFIABLE"  # cannot fit even the whole healthy fleet, all of it free
 
 
 class ReclaimPolicy(StrEnum):

@@ -25,6 +25,7 @@ from scheduling.models import Allocation, PodSet, Preemption, Workload, Workload
 
 from .allocation import allocations_release
 from .bulk import by_ids, rows_update
+from .never_fit import never_fit_refuse
 from .round_requests import round_request_on_commit
 from .specs import parse_spec
 from .transitions import transitions_record_bulk, workload_transition
@@ -47,6 +48,7 @@ def workload_submit(*, spec: dict, actor: Actor, now: datetime | None = None) ->
     field, or PermissionDenied when a team member submits for another team."""
     draft = parse_spec(spec)
     _require_team_access(actor, draft.team.pk, "submit")
+    never_fit_refuse(draft)
     now = now or timezone.now()
     with transaction.atomic():
         workload = draft.workload_row(submitted_by=_user_of(actor), now=now)

@@ -49,7 +49,7 @@ def test_the_worked_example_runs_after_load_demo(demo):
     share = Allocation.objects.filter(workload__name="embed-api", released_at__isnull=True)
     assert [a.milli for a in share] == [250, 250, 250] and {a.gpu.sharing_mode for a in share} == {"time_slicing"}
 
-    waiting = Workload.objects.get(name="pretrain-rack-64")
+    waiting = Workload.objects.get(name="pretrain-64")
     assert waiting.state == WorkloadState.PENDING
     assert waiting.pending_reason and "research-q" in waiting.pending_message
     running = Workload.objects.filter(state=WorkloadState.RUNNING).count()

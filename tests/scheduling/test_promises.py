@@ -7,10 +7,12 @@ from datetime import timedelta
 import pytest
 
 from core.actors import Actor
+from fleet.choices import GpuHealth
+from fleet.models import Gpu
 from scheduling.choices import ReclaimPolicy, WorkloadState
 from scheduling.models import Allocation, Preemption, PriorityClass, Queue, QueueQuota, Team, Workload
 from scheduling.services import workload_submit
-from tests.cluster import FLAVOR, make_cluster, run_round, training
+from tests.cluster import FLAVOR, api_for, make_cluster, run_round, training
 
 OPS = Actor.automation("test")
 
@@ -144,3 +146,66 @@ def test_a_workload_waiting_for_a_victims_minimum_runtime_says_whom_and_when(one
     assert urgent.pending_reason == "WAITING_FOR_PREEMPTION"
     assert urgent.pending_message == f"will preempt sweep when its minimum runtime ends at {ends:%Y-%m-%d %H:%M} UTC"
     assert not Preemption.objects.exists()
+
+
+@pytest.fixture
+def fleet64(db, team, classes):
+    flavor = make_cluster(nodes=8, per_rack=4)
+    queue = Queue.objects.create(name="research-q", team=team)
+    QueueQuota.objects.create(queue=queue, flavor=flavor, nominal=64)
+    return flavor
+
+
+@pytest.mark.parametrize(("extra", "field", "fact"), [
+    ({"topology": {"level": "rack", "mode": "required"}}, "topology",
+     "needs 8 whole free H100-SXM-80GB nodes in one rack (required); best rack r1 has 4"),
+    ({"pod_sets": [{"name": "worker", "replicas": 9, "gpus_per_replica": 8, "flavor": FLAVOR}]}, "pod_sets",
+     "needs 9 whole free H100-SXM-80GB nodes; 8 free"),
+])
+def test_a_workload_that_can_never_fit_is_refused_at_submit_naming_why(fleet64, team_member, extra, field, fact):
+    response = api_for(team_member).post(
+        "/api/v1/workloads/", {**training("pretrain-rack-64", 64, priority="research-batch"), **extra}, format="json")
+    assert response.status_code == 400
+    assert fact in response.json()[field][0]
+    assert not Workload.objects.exists()
+
+
+def test_a_workload_the_fleet_shrank_below_is_unsatisfiable_with_the_limiting_fact(fleet64, clock):
+    Gpu.objects.filter(node__name="n1", index=0).update(health=GpuHealth.UNHEALTHY)
+    _submit(training("busy", 8, priority="research-batch"))
+    run_round(clock)
+    whole = _submit(training("all-but-one", 56, priority="research-batch"))  # fits the 7 healthy nodes
+    Gpu.objects.filter(node__name="n2", index=3).update(health=GpuHealth.UNHEALTHY)
+
+    run_round(clock)
+    whole.refresh_from_db()
+    assert whole.pending_reason == "UNSATISFIABLE"
+    assert whole.pending_message == ("can never fit the whole healthy fleet: pod set worker needs 7 whole free "
+                                     "H100-SXM-80GB nodes; 6 free")
+
+
+def test_a_pending_workload_shows_its_expected_start_and_what_bounds_it(one_node, clock, operator):
+    running = _submit(training("train-B", 8, priority="research-batch", time_limit_seconds=3600))
+    run_round(clock)
+    running.refresh_from_db()
+    waiting = _submit(training("next", 8, priority="research-batch"))
+
+    run_round(clock)
+    ends = running.started_at + timedelta(seconds=3600)
+    body = api_for(operator).get(f"/api/v1/workloads/{waiting.pk}/").json()
+    assert body["eta"] == {"at": ends.isoformat().replace("+00:00", "Z"),
+                           "basis": f"after train-B's time limit at {ends:%Y-%m-%d %H:%M} UTC"}
+    client = Client()
+    client.force_login(operator)
+    page = client.get(f"/scheduling/workloads/{waiting.pk}/").content.decode()
+    assert f"{ends:%Y-%m-%d %H:%M} UTC, after train-B&#x27;s time limit" in page
+    assert api_for(operator).get(f"/api/v1/workloads/{running.pk}/").json()["eta"] is None
+
+
+def test_the_expected_start_is_unknown_when_nothing_bounds_it(one_node, clock, operator):
+    _submit(training("forever", 8, priority="research-batch"))
+    run_round(clock)
+    waiting = _submit(training("next", 8, priority="research-batch"))
+
+    run_round(clock)
+    assert api_for(operator).get(f"/api/v1/workloads/{waiting.pk}/").json()["eta"] == {"at": None, "basis": "unknown"}

@@ -25,7 +25,7 @@ CASES = [
          want_nodes={1: ["n1", "n2", "n3"]}, check=replicas(1, [0, 1, 2])),
     case("without_an_elastic_minimum_the_gang_stays_all_or_nothing",
          gang(SnapshotBuilder().queue("q").nodes("n1", "n2", "n3"), None),
-         want_admitted=[], want_pending={1: PendingReason.INSUFFICIENT_CAPACITY}),
+         want_admitted=[], want_pending={1: PendingReason.UNSATISFIABLE}),
     case("below_the_elastic_minimum_nothing_starts",
          gang(SnapshotBuilder().queue("q").nodes("n1", "n2").node("n3").use("n3", 0), 3),
          want_admitted=[], want_pending={1: PendingReason.INSUFFICIENT_CAPACITY}),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.engine.types import PendingReason, PreemptionReason
+from scheduling.engine.types import PendingReason, PreemptionReason, Topology
 
 from .builders import Case, SnapshotBuilder, case, run
 
@@ -130,4 +130,46 @@ WAIT_CASES = [
 
 @pytest.mark.parametrize("c", WAIT_CASES)
 def test_reasons_say_what_the_workload_waits_for(c: Case) -> None:
+    run(c)
+
+
+# --- never fit --------------------------------------------------------------------------------------
+NEVER = PendingReason.UNSATISFIABLE
+
+
+def two_racks(**node: object) -> SnapshotBuilder:
+    """Eight 8-GPU nodes, four per rack (the demo's H100 pool)."""
+    return (SnapshotBuilder().queue("q", 10_000).nodes("n1", "n2", "n3", "n4", rack="r1", **node)
+            .nodes("n5", "n6", "n7", "n8", rack="r2", **node))
+
+
+NEVER_CASES = [
+    case("eight_nodes_in_one_rack_when_racks_hold_four",
+         two_racks().job(1, "pretrain-rack-64", replicas=8, gpus=8, topology=Topology.RACK, required=True),
+         want_pending={1: NEVER}, want_messages={1: ("in one rack (required); best rack r1 has 4",)}),
+    case("more_gpus_than_the_flavor_has",
+         two_racks().job(1, "huge", replicas=9, gpus=8), want_pending={1: NEVER},
+         want_messages={1: ("needs 9 whole free h100 nodes; 8 free",)}),
+    case("a_gang_that_fits_the_fleet_when_free_waits_for_capacity",
+         two_racks().running(10, "busy", {"n1": ALL}).job(1, "all", replicas=8, gpus=8),
+         want_pending={1: PendingReason.INSUFFICIENT_CAPACITY}),
+    case("the_fleet_shrank_below_the_gang",
+         two_racks(unhealthy=(7,)).job(1, "whole-nodes", replicas=8, gpus=8, topology=Topology.RACK),
+         want_pending={1: NEVER}),
+    case("a_cordoned_node_is_part_of_the_fleet_it_may_come_back",
+         two_racks().node("n4", "r1", schedulable=False, reason="cordoned")
+         .node("n8", "r2", schedulable=False, reason="in_repair")
+         .job(1, "rack", replicas=4, gpus=8, topology=Topology.RACK, required=True),
+         want_pending={1: PendingReason.NO_TOPOLOGY_FIT}),
+    case("a_mig_profile_present_nowhere",
+         SnapshotBuilder().queue("q").node("n1", mig={0: {"1g.10gb": ["1"]}}).job(1, "mig", mig="3g.40gb", gpus=0),
+         want_pending={1: NEVER}, want_messages={1: ("MIG profile 3g.40gb, which no healthy h100 GPU offers",)}),
+    case("a_mig_profile_in_use_is_not_never_fit",
+         SnapshotBuilder().queue("q").node("n1", mig={0: {"1g.10gb": []}}).job(1, "mig", mig="1g.10gb", gpus=0),
+         want_pending={1: PendingReason.INSUFFICIENT_CAPACITY}),
+]
+
+
+@pytest.mark.parametrize("c", NEVER_CASES)
+def test_never_fit_is_unsatisfiable(c: Case) -> None:
     run(c)
