@@ -211,10 +211,12 @@ class FragmentationScorer:
     def cost(self, node: NodeCapacity, milli: int, cpu: int, mem: int) -> int:
         """Weighted milli-GPU that taking `milli` GPU, `cpu` and `mem` on `node` costs beyond
         fragmentation: GPUs it strands (negative: frees) plus the pressure on its GPU model."""
-        lay = self._by_id[self._layout_id(node)]
-        value = PRESSURE_WEIGHT * milli * self._pressure.get(lay.model, 0.0)
         cpu_ratio = self._cpu_per_milli if node.track_cpu else 0.0
         mem_ratio = self._mem_per_milli if node.track_mem else 0.0
+        if not (cpu_ratio or mem_ratio or self._pressure):
+            return 0  # the common case without host resources or GPU models to weigh: no lookups
+        lay = self._by_id[self._layout_id(node)]
+        value = PRESSURE_WEIGHT * milli * self._pressure.get(lay.model, 0.0)
         if cpu_ratio or mem_ratio:
             usable = sum(f for f, ok in zip(node.free, lay.usable, strict=True) if ok and f > 0)
             capacity = WHOLE * sum(lay.usable)
