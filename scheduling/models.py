@@ -260,6 +260,16 @@ class Workload(models.Model):
             raise ValidationError({"queue": "The queue belongs to another team."})
 
     @property
+    def eta(self) -> dict | None:
+        """While waiting: when the last round expected it to start and what bounds that, or
+        "unknown" when nothing does (no time limit, grace period or minimum runtime ahead of it)."""
+        if self.state not in WAITING_STATES:
+            return None
+        if self.estimated_start_at is None:
+            return {"at": None, "basis": "unknown"}
+        return {"at": self.estimated_start_at, "basis": self.estimated_start_basis}
+
+    @property
     def total_gpus(self) -> int:
         """GPUs the workload asks for, as quota counts them (scheduling.usage.pod_set_gpus)."""
         return sum(

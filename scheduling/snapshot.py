@@ -53,7 +53,7 @@ class SnapshotIndex:
     node_executor: dict[str, str] = field(default_factory=dict)
     # What each waiting workload's reason and message were when loaded, so the follow-up
     # writes only the ones the round changed without reading them again.
-    pending_info: dict[int, tuple[str, str]] = field(default_factory=dict)  # reason, message
+    pending_info: dict[int, tuple] = field(default_factory=dict)  # reason, message, estimated start, its basis
     names: dict[int, str] = field(default_factory=dict)  # of the waiting workloads loaded
     # The reservations they carried, as stored, so a round rewrites only the ones it changes.
     reserved: dict[int, list[dict]] = field(default_factory=dict)
@@ -326,8 +326,10 @@ PENDING_COLUMNS = (
     "reserved_placements",
     "pending_reason",
     "pending_message",
+    "estimated_start_at",
+    "estimated_start_basis",
 )
-SPEC_COLUMNS = len(PENDING_COLUMNS) - 3
+SPEC_COLUMNS = len(PENDING_COLUMNS) - 5
 
 # The waiting workloads the previous round considered, with their specs: rounds run several
 # times a second and mostly consider the same head of each queue, whose pod sets never change
@@ -366,8 +368,8 @@ def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, t
     specs, reservations, kept = [], {}, {}
     for row in rows:
         pk, name = row[0], row[1]
-        reserved, reason, message = row[SPEC_COLUMNS:]
-        index.pending_info[pk] = (reason, message)
+        reserved, reason, message, eta, basis = row[SPEC_COLUMNS:]
+        index.pending_info[pk] = (reason, message, _aware(eta), basis)
         index.names[pk] = name
         entry = hits.get(pk) or built.get(pk)
         if entry is None:  # no pod sets: nothing to place
@@ -470,7 +472,11 @@ def _load_running(
             GpuAssignment(index=gpu_index.get(gpu_id, 0), milli=milli, mig_instance=mig or None)
         )
         flavor_milli[wid][flavor_of_node.get(node_id, "")] += milli
-    preemptors = dict(Preemption.objects.filter(completed_at__isnull=True).values_list("victim_id", "preemptor_id"))
+    open_preemptions = list(
+        Preemption.objects.filter(completed_at__isnull=True).values_list("victim_id", "preemptor_id", "deadline")
+    )
+    preemptors = {victim: preemptor for victim, preemptor, _deadline in open_preemptions}
+    deadlines = {victim: deadline for victim, _preemptor, deadline in open_preemptions}
     if rows is None:
         rows = _raw_rows(Workload.objects.filter(state__in=ACTIVE_STATES).values_list(*ACTIVE_COLUMNS))
     running = []
@@ -517,6 +523,7 @@ def _load_running(
                 preemptor_id=preemptors.get(pk),
                 checkpointing=bool(checkpointing),
                 cooldown_s=float(cooldown),
+                stop_deadline=ts(_aware(deadlines.get(pk))),
             )
         )
     return running

@@ -41,6 +41,11 @@ class TransitionSerializer(serializers.ModelSerializer):
         fields = ["at", "from_state", "to_state", "reason", "actor"]
 
 
+class EtaSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(allow_null=True)
+    basis = serializers.CharField()
+
+
 class WorkloadListSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="team.name")
     queue = serializers.CharField(source="queue.name")
@@ -48,6 +53,10 @@ class WorkloadListSerializer(serializers.ModelSerializer):
     position = serializers.SerializerMethodField()
     time_to_bind_seconds = serializers.SerializerMethodField()
     lost_gpu_hours = serializers.SerializerMethodField()
+    eta = EtaSerializer(allow_null=True, read_only=True, help_text=(
+        "While waiting: the expected start and what bounds it (a running workload's time limit, a "
+        "victim's grace period or minimum runtime); basis 'unknown' and no time when nothing does. "
+        "Null once it is no longer waiting"))
     pod_sets = PodSetSerializer(many=True)
 
     class Meta:
@@ -62,6 +71,7 @@ class WorkloadListSerializer(serializers.ModelSerializer):
             "pending_reason",
             "pending_message",
             "position",
+            "eta",
             "submitted_at",
             "admitted_at",
             "started_at",

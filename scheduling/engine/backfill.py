@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .config import SchedulerConfig
 from .placement import Need, Placed
-from .reasons import Miss
+from .reasons import Miss, clock
 from .snapshot import Capacity, Change
 from .types import PendingReason, ReplicaPlacement, RunningWorkload, WorkloadSpec
 
@@ -30,6 +30,7 @@ class Hold:
     start: float | None  # None: preemption hold
     placements: tuple[ReplicaPlacement, ...]
     changes: list[Change] = field(default_factory=list)  # the free GPUs taken for it right now
+    basis: str = ""  # a backfill hold: what bounds its start ("after X's time limit at T")
 
 
 class Reservations:
@@ -172,7 +173,7 @@ class Reservations:
             return
         cap = self.cap
         released: list[list[Change]] = []
-        found: tuple[float, tuple[ReplicaPlacement, ...], list[int]] | None = None
+        found: tuple[float, tuple[ReplicaPlacement, ...], list[int], str] | None = None
         events = [rw for rw in self._sorted_events() if rw.id not in self.claimed][: cfg.reservation_search_limit]
         for i, rw in enumerate(events):
             released.append(cap.release(rw.placements))
@@ -183,7 +184,7 @@ class Reservations:
             if not isinstance(got, Miss):
                 cap.undo(got.changes, taken=True)
                 found = (max(self.now, rw.expected_end or 0.0), tuple(got.placements),
-                         [e.id for e in events[: i + 1]])
+                         [e.id for e in events[: i + 1]], rw.name)
                 break
             if self._budget <= 0:
                 break
@@ -192,12 +193,12 @@ class Reservations:
         if found is None:
             self._hopeless.add(shape)
             return
-        start, placements, freed = found
+        start, placements, freed, last = found
         used = {(p.node, a.index) for p in placements for a in p.gpus}
         for rw in self.running:
             if rw.id in freed and any((p.node, a.index) in used for p in rw.placements for a in p.gpus):
                 self.claimed.add(rw.id)
-        self.add(wl, wl.name, start, placements)
+        self.add(wl, wl.name, start, placements).basis = f"after {last}'s time limit at {clock(start)}"
 
     def _sorted_events(self) -> list[RunningWorkload]:
         if self._events is None:

@@ -42,6 +42,7 @@ class Preemptor:
         self.preemptions: list[Preempt] = []
         # Preemptor id -> when the protected victims it will preempt may be preempted, and them.
         self.waits: dict[int, tuple[float, list[RunningWorkload]]] = {}
+        self.etas: dict[int, tuple[float, str]] = {}  # preemptor id -> expected start, its basis
         self.victims: set[int] = set()  # chosen this round, never chosen twice
         self.stopping_claimed: set[int] = set()
         self.eligible = sorted(
@@ -109,6 +110,11 @@ class Preemptor:
                 placed = self._try(wl, needs)
                 if placed is not None:
                     names = ", ".join(rw.name for rw in stopping)
+                    deadlines = [rw.stop_deadline for rw in stopping]
+                    if all(d is not None for d in deadlines):
+                        end = max(d for d in deadlines if d is not None)
+                        self.etas[wl.id] = (end, f"after preempted {names} stops (its grace period ends at "
+                                                 f"{clock(end)})")
                     self._hold(wl, placed, released)
                     released = []
                     self.stopping_claimed.update(rw.id for rw in stopping)
@@ -125,6 +131,8 @@ class Preemptor:
             released = []
             self.stopping_claimed.update(rw.id for rw in stopping)
             names = ", ".join(rw.name for rw, _kind in victims)
+            end = self.now + max(rw.grace_s for rw, _kind in victims)
+            self.etas[wl.id] = (end, f"after preempting {names} (its grace period ends at {clock(end)})")
             return Miss(PendingReason.WAITING_FOR_PREEMPTION, f"preempting {names}; placed once their GPUs free")
         finally:
             for rw, changes in reversed(released):
@@ -199,6 +207,8 @@ class Preemptor:
         self.waits[wl.id] = (when, waits)
         what = " and ".join(sorted({self._protection(rw) for rw in waits}))
         names = ", ".join(rw.name for rw in waits)
+        end = when + max(rw.grace_s for rw in waits)
+        self.etas[wl.id] = (end, f"after {names}: {what} ends at {clock(when)}, then its grace period")
         return Miss(PendingReason.WAITING_FOR_PREEMPTION,
                     f"will preempt {names} when {what} ends at {clock(when)}")
 

@@ -83,10 +83,18 @@ class Round:
                 if wl.id in pending:
                     position += 1
                     reason, message, start = pending[wl.id]
-                    self.result.pending.append(Pending(wl.id, reason, message, position, start))
+                    eta, basis = self._eta(wl.id, start)
+                    self.result.pending.append(Pending(wl.id, reason, message, position, start, eta, basis))
         self.result.preemptions.extend(self.preemptor.preemptions)
         self.result.reservations.update(self.reservations.export())
         return self.result
+
+    def _eta(self, wid: int, start: float | None) -> tuple[float | None, str]:
+        """A backfill hold's start, else when the preemption it waits for frees its GPUs."""
+        hold = self.reservations.holds.get(wid)
+        if start is not None and hold is not None:
+            return start, hold.basis
+        return self.preemptor.etas.get(wid, (None, ""))
 
     def _cohort_of(self, queue: str) -> str | None:
         view = self.snap.queues.get(queue)

@@ -90,9 +90,9 @@ class QueueView:
     # flavor -> GPUs held by active workloads (shares count as milli/1000, rounded up)
     usage: dict[str, int] = field(default_factory=dict)
     reclaim_within_cohort: ReclaimPolicy = ReclaimPolicy.ANY
-
     # Non-preemptible work may borrow only where the queue says so: nobody could reclaim it.
     borrow_non_preemptible: bool = False
+
 
 @dataclass(frozen=True, slots=True)
 class PodSetSpec:
@@ -186,6 +186,7 @@ class RunningWorkload:
     # Resumes from a checkpoint after a stop; only a hard preemptor (or a reclaim) stops one that does not.
     checkpointing: bool = True
     cooldown_s: float | None = None  # its class's cooldown after a preemption; None: the round's default
+    stop_deadline: float | None = None  # while preempting: when its grace period ends
 
 
 @dataclass(slots=True)
@@ -226,6 +227,10 @@ class Pending:
     position: int  # 1-based position in its queue's order this round
     # Backfill: when the engine expects the workload's reserved GPUs to be free (None: no reservation).
     reserved_start: float | None = None
+    # When it is expected to start and what bounds that ("after train-B's time limit at ..."):
+    # running time limits, grace periods and minimum runtimes; None: nothing bounds it (unknown).
+    eta: float | None = None
+    eta_basis: str = ""
 
 
 @dataclass(slots=True)

@@ -328,7 +328,7 @@ def pending_info_save(result: RoundResult, *, loaded: dict[int, tuple] | None = 
     `loaded` (SnapshotIndex.pending_info) holds the values the round's snapshot read; they
     stand in for a second read, the update's state condition skipping rows that stopped
     waiting meanwhile."""
-    wanted = {p.workload_id: (str(p.reason), p.message) for p in result.pending}
+    wanted = {p.workload_id: (str(p.reason), p.message, _eta_at(p.eta), p.eta_basis) for p in result.pending}
     if not wanted:
         return 0
     if loaded is not None:
@@ -336,13 +336,19 @@ def pending_info_save(result: RoundResult, *, loaded: dict[int, tuple] | None = 
     else:
         current = {}
         for part in by_ids(Workload.objects.filter(state__in=WAITING), list(wanted)):
-            current.update({pk: (reason, message) for pk, reason, message in
-                            part.values_list("pk", "pending_reason", "pending_message")})
+            current.update({pk: (reason, message, eta, basis) for pk, reason, message, eta, basis in
+                            part.values_list("pk", "pending_reason", "pending_message", "estimated_start_at",
+                                             "estimated_start_basis")})
     changed = {pk: values for pk, values in wanted.items() if pk in current and current[pk] != values}
     with transaction.atomic():
         return rows_update(
             model=Workload,
-            fields=["pending_reason", "pending_message"],
+            fields=["pending_reason", "pending_message", "estimated_start_at", "estimated_start_basis"],
             rows=changed,
             states=WAITING,
         )
+
+
+def _eta_at(eta: float | None) -> datetime | None:
+    """The engine's expected start to the second: equal estimates compare equal from round to round."""
+    return None if eta is None else datetime.fromtimestamp(int(eta), tz=UTC)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.test import Client
 
 from core.actors import Actor
 from fleet.choices import GpuHealth
@@ -77,6 +78,7 @@ def test_a_queue_that_reclaims_never_or_only_from_lower_priority_waits_for_an_eq
     assert not Preemption.objects.exists()
     evaluation.refresh_from_db()
     assert evaluation.state == WorkloadState.PENDING and evaluation.pending_reason == "INSUFFICIENT_CAPACITY"
+
 
 
 def test_non_preemptible_work_does_not_borrow_unless_its_queue_allows_it(lenders, clock):

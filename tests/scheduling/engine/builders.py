@@ -99,7 +99,8 @@ class SnapshotBuilder:
                 preemptible: bool = True, borrowed: int = 0, min_runtime: float = 600.0,
                 preempted_ago: float | None = None, ends_in: float | None = None, preempting: bool = False,
                 preemptor: int | None = None, grace: float = 60.0, count_usage: bool = True,
-                checkpoints: bool = True, cooldown: float | None = None) -> SnapshotBuilder:
+                checkpoints: bool = True, cooldown: float | None = None,
+                stop_deadline: float | None = None) -> SnapshotBuilder:
         placements = []
         for r, (node, indices) in enumerate(on.items()):
             for i in indices:
@@ -117,7 +118,7 @@ class SnapshotBuilder:
             borrowed={flavor: borrowed} if borrowed else {}, grace_s=grace, min_runtime_s=min_runtime,
             last_preempted_at=None if preempted_ago is None else self.now - preempted_ago,
             expected_end=None if ends_in is None else self.now + ends_in, preempting=preempting,
-            preemptor_id=preemptor, checkpointing=checkpoints, cooldown_s=cooldown,
+            preemptor_id=preemptor, checkpointing=checkpoints, cooldown_s=cooldown, stop_deadline=stop_deadline,
         ))
         return self
 

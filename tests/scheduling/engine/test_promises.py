@@ -6,7 +6,7 @@ import pytest
 
 from scheduling.engine.types import PendingReason, PreemptionReason, Topology
 
-from .builders import Case, SnapshotBuilder, case, run
+from .builders import NOW, Case, SnapshotBuilder, case, run
 
 ALL = tuple(range(8))
 BORROWING = PendingReason.BORROWING_LIMIT
@@ -172,4 +172,51 @@ NEVER_CASES = [
 
 @pytest.mark.parametrize("c", NEVER_CASES)
 def test_never_fit_is_unsatisfiable(c: Case) -> None:
+    run(c)
+
+
+# --- ETA ------------------------------------------------------------------------------------------
+def eta(wid: int, at: float | None, *basis: str):
+    def check(result) -> None:
+        got = next(p for p in result.pending if p.workload_id == wid)
+        assert got.eta == at
+        for fragment in basis:
+            assert fragment in got.eta_basis
+        if at is None:
+            assert got.eta_basis == ""
+    return check
+
+
+def two_trainers() -> SnapshotBuilder:
+    """train-A on n1 ends in an hour, train-B on n2 in two (their time limits)."""
+    return (SnapshotBuilder().queue("q").nodes("n1", "n2")
+            .running(10, "train-A", {"n1": ALL}, ends_in=3600).running(11, "train-B", {"n2": ALL}, ends_in=7200))
+
+
+ETA_CASES = [
+    case("a_blocked_gang_starts_after_the_time_limit_that_frees_its_gpus",
+         two_trainers().job(1, "big", replicas=2, gpus=8),
+         check=eta(1, NOW + 7200, "after train-B's time limit at 1970-01-12 15:46 UTC")),
+    case("queue_order_puts_the_second_after_the_first",
+         two_trainers().job(1, "first", gpus=8).job(2, "second", gpus=8),
+         check=lambda r: (eta(1, NOW + 3600, "train-A")(r), eta(2, NOW + 7200, "train-B")(r))),
+    case("nothing_bounds_a_workload_without_time_limits_around_it",
+         SnapshotBuilder().queue("q").node("n1").running(10, "forever", {"n1": ALL}).job(1, "next", gpus=8),
+         check=eta(1, None)),
+    case("a_preemptor_starts_when_its_victims_grace_period_ends",
+         full_node(grace=90).job(1, "urgent", gpus=8, **URGENT),
+         check=eta(1, NOW + 90, "after preempting low")),
+    case("a_preemptor_waiting_for_a_minimum_runtime_starts_after_it_and_the_grace_period",
+         full_node(started_ago=100, grace=60).job(1, "urgent", gpus=8, **URGENT),
+         check=eta(1, NOW + 500 + 60, "low: its minimum runtime ends at 1970-01-12 13:55 UTC")),
+    case("a_preemptor_waiting_for_a_stopping_victim_starts_at_its_deadline",
+         SnapshotBuilder().queue("q").node("n1")
+         .running(10, "stopping", {"n1": ALL}, preempting=True, preemptor=1, stop_deadline=NOW + 40)
+         .job(1, "urgent", gpus=8, **URGENT),
+         check=eta(1, NOW + 40, "after preempted stopping stops")),
+]
+
+
+@pytest.mark.parametrize("c", ETA_CASES)
+def test_eta_of_pending_workloads(c: Case) -> None:
     run(c)
