@@ -50,12 +50,13 @@ def cell(value: object) -> object:
     return value
 
 
-def csv_rows(columns: list[str], records: Iterable[dict]) -> Iterator[str]:
-    """The header, then one CSV line per record (a serializer's representation)."""
+def csv_chunks(columns: list[str], chunks: Iterable[list[dict]]) -> Iterator[str]:
+    """The header, then the CSV lines of each chunk of records (a serializer's representations)
+    as one string: one write per chunk, not per row, for the server and the client."""
     writer = csv.writer(_Echo())
     yield writer.writerow(columns)
-    for record in records:
-        yield writer.writerow([cell(record[c]) for c in columns])
+    for records in chunks:
+        yield "".join([writer.writerow([cell(record[c]) for c in columns]) for record in records])
 
 
 def chunked(iterator: Iterator, size: int = CHUNK) -> Iterator[list]:

@@ -18,7 +18,7 @@ from fleet.filtersets import GpuFilterSet, NodeFilterSet, RackFilterSet
 from fleet.models import Gpu, Node, Rack
 from fleet.services import NodeStateConflict, node_cordon, node_uncordon
 
-from .export import CsvRenderer, chunked, csv_rows
+from .export import CHUNK, CsvRenderer, chunked, csv_chunks
 from .serializers import (
     CordonInputSerializer,
     GpuSerializer,
@@ -101,12 +101,9 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         nodes = self.filter_queryset(self.get_queryset())
         columns = NodeSerializer.Meta.fields
 
-        def records():
-            # iterator(): a server-side cursor on PostgreSQL, CHUNK rows at a time, never the whole fleet.
-            for chunk in chunked(nodes.iterator(chunk_size=2000)):
-                yield from NodeSerializer(chunk, many=True).data
-
-        response = StreamingHttpResponse(csv_rows(columns, records()), content_type="text/csv; charset=utf-8")
+        # iterator(): a server-side cursor on PostgreSQL, CHUNK rows at a time, never the whole fleet.
+        chunks = (NodeSerializer(chunk, many=True).data for chunk in chunked(nodes.iterator(chunk_size=CHUNK)))
+        response = StreamingHttpResponse(csv_chunks(columns, chunks), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = 'attachment; filename="fleetdeck-nodes.csv"'
         return response
 
