@@ -296,15 +296,25 @@ def _group_fits(node: NodeCapacity, g: int) -> bool:
 
 
 def pick_gpus(node: NodeCapacity, g: int) -> list[int]:
-    """g whole free GPUs: inside the tightest NVLink group that holds them, lowest indices."""
+    """g whole free GPUs: inside the tightest NVLink group that holds them, then inside the
+    tightest NUMA node of it that does (kubelet's single-numa-node), lowest indices."""
     free = node.whole_free_indices()
     groups: dict[int, list[int]] = {}
     for i in free:
         groups.setdefault(node.group[i], []).append(i)
     fitting = [(len(idx), grp) for grp, idx in groups.items() if len(idx) >= g]
-    if fitting:
-        return groups[min(fitting)[1]][:g]
-    return free[:g]
+    pool = groups[min(fitting)[1]] if fitting else free
+    return _tightest(pool, node.numa, g) or pool[:g]
+
+
+def _tightest(pool: list[int], key: list[int], g: int) -> list[int]:
+    """The g lowest GPUs of `pool` in the fullest `key` class (NUMA node) that still holds them;
+    [] when none does (the replica then spans NUMA nodes)."""
+    classes: dict[int, list[int]] = {}
+    for i in pool:
+        classes.setdefault(key[i], []).append(i)
+    fitting = [(len(idx), cls) for cls, idx in classes.items() if len(idx) >= g]
+    return classes[min(fitting)[1]][:g] if fitting else []
 
 
 def _best_fit_share(cap: Capacity, fx: FlavorIndex, need: Need, where: Where

@@ -23,7 +23,7 @@ class NodeCapacity:
 
     __slots__ = (
         "name", "rank", "rack", "spine", "flavor", "product", "schedulable", "reason",
-        "free", "healthy", "group", "shareable", "mig", "whole", "cpu", "mem", "track_cpu", "track_mem",
+        "free", "healthy", "group", "numa", "shareable", "mig", "whole", "cpu", "mem", "track_cpu", "track_mem",
         "cpu_total", "mem_total",
     )
 
@@ -40,6 +40,7 @@ class NodeCapacity:
         self.free = [g.free_milli for g in gpus]
         self.healthy = [g.healthy for g in gpus]
         self.group = [g.nvlink_group for g in gpus]
+        self.numa = [g.numa_node for g in gpus]
         self.shareable = [g.shareable for g in gpus]
         # A GPU in MIG mode only serves MIG requests; an empty dict means MIG is off.
         self.mig = [{p: list(insts) for p, insts in g.mig_free.items()} if g.mig_free else None for g in gpus]

@@ -211,3 +211,14 @@ def test_the_expected_start_is_unknown_when_nothing_bounds_it(one_node, clock, o
 
     run_round(clock)
     assert api_for(operator).get(f"/api/v1/workloads/{waiting.pk}/").json()["eta"] == {"at": None, "basis": "unknown"}
+
+
+def test_a_four_gpu_job_gets_one_numa_node_of_a_two_by_four_node(one_node, clock):
+    Gpu.objects.filter(node__name="n1", index__gte=4).update(numa_node=1)  # GPUs 0-3 on NUMA 0, 4-7 on 1
+    _submit(training("two", 2, priority="research-batch"))
+    run_round(clock)
+    four = _submit(training("four", 4, priority="research-batch"))
+
+    run_round(clock)
+    held = Allocation.objects.filter(workload=four, released_at__isnull=True).values_list("gpu__index", flat=True)
+    assert sorted(held) == [4, 5, 6, 7]  # not 2-5 across both NUMA nodes

@@ -45,11 +45,12 @@ class SnapshotBuilder:
     def node(self, name: str, rack: str = "r1", *, gpus: int = 8, flavor: str = "h100", product: str = "",
              schedulable: bool = True, reason: str = "", groups: list[int] | None = None, shareable: bool = False,
              mig: dict[int, dict[str, list[str]]] | None = None, cpu: int = 0, mem: int = 0,
-             unhealthy: tuple[int, ...] = ()) -> SnapshotBuilder:
+             unhealthy: tuple[int, ...] = (), numa: list[int] | None = None) -> SnapshotBuilder:
         views = []
         for i in range(gpus):
             views.append(GpuView(
-                index=i, nvlink_group=groups[i] if groups else 0, shareable=shareable, healthy=i not in unhealthy,
+                index=i, nvlink_group=groups[i] if groups else 0, numa_node=numa[i] if numa else 0,
+                shareable=shareable, healthy=i not in unhealthy,
                 mig_free=dict((mig or {}).get(i, {})),
             ))
         self._nodes[name] = NodeView(

@@ -133,6 +133,36 @@ def test_reasons_say_what_the_workload_waits_for(c: Case) -> None:
     run(c)
 
 
+# --- NUMA inside a node -----------------------------------------------------------------------------
+TWO_NUMA = [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def numa_node(groups: list[int] | None = None, busy: tuple[int, ...] = (0, 1)) -> SnapshotBuilder:
+    """One 8-GPU node, GPUs 0-3 on NUMA node 0 and 4-7 on 1, `busy` GPUs held outside the scheduler."""
+    return SnapshotBuilder().queue("q").node("n1", numa=TWO_NUMA, groups=groups).use("n1", *busy)
+
+
+NUMA_CASES = [
+    case("four_gpus_go_to_one_numa_node_not_across_two", numa_node().job(1, "four", gpus=4),
+         want_gpus={1: {"n1": [4, 5, 6, 7]}}),
+    case("two_gpus_fill_the_fuller_numa_node_first", numa_node().job(1, "two", gpus=2),
+         want_gpus={1: {"n1": [2, 3]}}),
+    case("the_nvlink_group_decides_before_numa",
+         numa_node(groups=[0, 0, 0, 0, 0, 0, 1, 1], busy=(0,)).job(1, "two", gpus=2),
+         want_gpus={1: {"n1": [6, 7]}}),
+    case("a_replica_larger_than_a_numa_node_spans_them", numa_node(busy=()).job(1, "six", gpus=6),
+         want_gpus={1: {"n1": [0, 1, 2, 3, 4, 5]}}),
+    case("without_numa_information_lowest_indices_as_before",
+         SnapshotBuilder().queue("q").node("n1").use("n1", 0, 1).job(1, "four", gpus=4),
+         want_gpus={1: {"n1": [2, 3, 4, 5]}}),
+]
+
+
+@pytest.mark.parametrize("c", NUMA_CASES)
+def test_numa_inside_a_node(c: Case) -> None:
+    run(c)
+
+
 # --- never fit --------------------------------------------------------------------------------------
 NEVER = PendingReason.UNSATISFIABLE
 
