@@ -38,7 +38,7 @@ def _dra_allocation(kube, claim: str, node: str, devices: list[int]) -> None:
 
 
 def test_the_devices_dra_gave_a_pod_are_kept_on_its_workload_and_none_are_made_up_for_a_device_plugin(
-    kube, team, operator
+    kube, team, operator, client
 ):
     kube.add_nodes(seed_nodes(2, per_rack=2))
     kube.sync()
@@ -68,3 +68,14 @@ def test_the_devices_dra_gave_a_pod_are_kept_on_its_workload_and_none_are_made_u
 
     shown = api_for(operator).get(f"/api/v1/workloads/{dra.pk}/").json()
     assert [(d["device"], d["uuid"]) for d in shown["devices"]] == [("gpu-2", UUIDS[2]), ("gpu-5", UUIDS[5])]
+
+    # The workload pages: the devices DRA gave the pod, row by row; for the device plugin's pod, whose choice it was.
+    client.force_login(operator)
+    page = client.get(f"/scheduling/workloads/{dra.pk}/").content.decode()
+    devices = page.split('id="devices"', 1)[1].split("</section>", 1)[0]
+    for i in (2, 5):
+        assert f"<td>{DRIVER} {node}/gpu-{i}</td><td>{UUIDS[i]}</td>" in devices
+    assert pod["metadata"]["name"] in devices and "eval-gpus (gpus)" in devices
+    page = client.get(f"/scheduling/workloads/{plugin.pk}/").content.decode()
+    devices = page.split('id="devices"', 1)[1].split("</section>", 1)[0]
+    assert "is the kubelet's choice" in devices and "GPU-" not in devices
