@@ -18,12 +18,14 @@ from core.roles import is_operator, may_act_for_team, team_ids
 from core.tables import table_page
 from fleet.models import Gpu, Node
 
+from .after_failure import after_failure
 from .choices import WAITING_STATES, WORKLOAD_STATE_COLORS, WorkloadState
 from .filtersets import WorkloadTableFilter
 from .forms import NodeDrainForm, WorkloadCancelForm
 from .models import Allocation, PlacementRound, PodSet, Preemption, Workload
 from .selectors import checkpoint_advice, queue_positions, queue_usage, workload_placements
 from .services import node_drain, workload_cancel, workload_submit, workloads_on_node
+from .services.after_failure import workload_after_failure_choose
 from .submit_form import WorkloadSubmitForm
 from .tables import WorkloadTable
 
@@ -109,6 +111,7 @@ def workload_detail(request, pk: int):
             "may_cancel": may_act_for_team(request.user, workload.team_id)
             and workload.state not in (WorkloadState.SUCCEEDED, WorkloadState.FAILED, WorkloadState.CANCELLED),
             "cancel_form": WorkloadCancelForm(),
+            "after_failure": after_failure(workload),
         },
     )
 
@@ -134,6 +137,28 @@ def workload_submit_view(request):
                 messages.success(request, f"{workload.name} submitted to {workload.queue.name}.")
                 return redirect("scheduling:workload", pk=workload.pk)
     return render(request, "scheduling/workload_submit.html", {"form": form}, status=status)
+
+
+@require_POST
+def workload_after_failure_view(request, pk: int):
+    workload = get_object_or_404(Workload.objects.visible_to(request.user), pk=pk)
+    if not may_act_for_team(request.user, workload.team_id):
+        raise PermissionDenied("Only the workload's team or an operator decides after a failure.")
+    choice, reason = request.POST.get("choice", ""), request.POST.get("reason", "")[:500]
+    try:
+        workload_after_failure_choose(workload=workload, choice=choice, actor=Actor.for_user(request.user),
+                                      reason=reason)
+        messages.success(request, AFTER_FAILURE_DONE.get(choice, ""))
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    return redirect("scheduling:workload", pk=workload.pk)
+
+
+AFTER_FAILURE_DONE = {
+    "accept": "Kept on its current placement.",
+    "wait": "Stopped and held until one rack can take it whole.",
+    "elastic": "Stopped; it restarts at the largest size one rack holds.",
+}
 
 
 @require_POST

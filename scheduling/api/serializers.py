@@ -171,6 +171,13 @@ class DrainSerializer(serializers.Serializer):
     grace_seconds = serializers.IntegerField(min_value=0, max_value=86400, default=0)
 
 
+class AfterFailureSerializer(serializers.Serializer):
+    choice = serializers.ChoiceField(choices=["accept", "wait", "elastic"], help_text=(
+        "accept: keep the placement the restart got; wait: hold it until one rack takes it whole (the repair); "
+        "elastic: restart it at the largest size one rack holds (its elastic minimum or more)"))
+    reason = serializers.CharField(max_length=limits.MAX_COMMENT_LENGTH, required=False, allow_blank=True, default="")
+
+
 class CancelSerializer(serializers.Serializer):
     reason = serializers.CharField(
         max_length=limits.MAX_COMMENT_LENGTH, required=False, allow_blank=True, default=""

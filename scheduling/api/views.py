@@ -23,9 +23,11 @@ from scheduling.filtersets import WorkloadFilter
 from scheduling.models import PodSet, Workload
 from scheduling.selectors import queue_positions
 from scheduling.services import node_drain, workload_cancel, workload_heartbeat
+from scheduling.services.after_failure import workload_after_failure_choose
 from scheduling.services.submission_keys import IdempotencyConflict, workload_submit_once
 
 from .serializers import (
+    AfterFailureSerializer,
     CancelSerializer,
     DrainSerializer,
     HeartbeatSerializer,
@@ -113,6 +115,17 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         workload = self.get_queryset().prefetch_related("transitions").get(pk=outcome.workload.pk)
         code = status.HTTP_201_CREATED if outcome.created else status.HTTP_200_OK
         return Response(self._render(WorkloadDetailSerializer, workload), status=code)
+
+    @extend_schema(request=AfterFailureSerializer, responses={200: WorkloadDetailSerializer, 400: BAD_INPUT})
+    @action(detail=True, methods=["post"], url_path="after-failure")
+    def after_failure(self, request, pk=None):
+        """After a failure stopped the gang: the seed's three choices (the workload page's buttons)."""
+        workload = self.get_object()
+        body = AfterFailureSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        call_service(workload_after_failure_choose, workload=workload, actor=Actor.from_request(request),
+                     **body.validated_data)
+        return Response(self._render(WorkloadDetailSerializer, self.get_queryset().get(pk=workload.pk)))
 
     @extend_schema(request=CancelSerializer, responses={200: WorkloadDetailSerializer, 400: BAD_INPUT})
     @action(detail=True, methods=["post"])
