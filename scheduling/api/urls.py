@@ -4,6 +4,7 @@ from rest_framework.routers import SimpleRouter
 from scheduling.quota_requests.api import QuotaRequestViewSet
 
 from .policy import CohortViewSet, PreemptionViewSet, PriorityClassViewSet, QueueViewSet, TeamViewSet
+from .saturation import SaturationView
 from .views import NodeDrainView, WorkloadViewSet
 
 router = SimpleRouter(trailing_slash=True)
@@ -17,5 +18,6 @@ router.register("preemptions", PreemptionViewSet, basename="preemption")
 urlpatterns = [
     # fleet's router owns nodes/<name>/; the drain action lives here, with the scheduler.
     path("nodes/<str:name>/drain/", NodeDrainView.as_view(), name="node-drain"),
+    path("saturation/", SaturationView.as_view(), name="saturation"),
     *router.urls,
 ]

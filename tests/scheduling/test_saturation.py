@@ -4,6 +4,7 @@ and the idle GPUs no waiting workload can use."""
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.actors import Actor
@@ -108,3 +109,19 @@ def test_fragmentation_counts_idle_gpus_of_nodes_too_small_for_what_waits(resear
     assert (sat.idle_gpus, sat.idle_gpus_unusable) == (4, 4)
     submit(api, **training("small", 2, priority="eval"))
     assert saturation(now=clock.now).idle_gpus_unusable == 0
+
+
+def test_the_api_gives_the_overviews_saturation_numbers(research_queue, team_member, viewer, clock):
+    Node.objects.update(state=NodeState.CORDONED)
+    submit(api_for(team_member), **training("urgent", 8))
+    clock.advance(30)
+    response = api_for(viewer).get("/api/v1/saturation/")
+    assert response.status_code == 200
+    body = response.json()
+    assert body == {**body, "window_hours": 24, "admissions": 0, "time_to_bind_p95_seconds": None,
+                    "preemptions_per_hour": 0.0, "idle_gpus": 0, "idle_gpus_unusable": 0}
+    urgent = next(row for row in body["pending"] if row["name"] == "training-prod")
+    assert urgent == {"name": "training-prod", "value": 1000, "pending": 1, "oldest_age_seconds": 30.0,
+                      "stands_out": True}
+    assert [row["label"] for row in body["wait_by_size"]] == ["≤ 1 GPU", "2–8 GPUs", "9–32 GPUs", "33+ GPUs"]
+    assert Client().get("/api/v1/saturation/").status_code in (401, 403)
