@@ -228,12 +228,15 @@ def measure_size(nodes: int, repeat: int, naive: bool) -> dict[str, tuple]:
         slow = max(3, repeat // 3)
         exported = get("/api/v1/nodes/export/")().count(b"\n") - 1
         assert exported == Node.objects.count(), (exported, Node.objects.count())
+        def naive_page(limit: int) -> Callable[[], object] | None:
+            return (lambda: naive_node_list(limit)) if naive else None
+
         rows: dict[str, tuple] = {
             "fleet overview selector": (fleet_overview, naive_fleet_overview if naive else None),
             "GET / (overview page)": (get("/"), overview_page_naive if naive else None),
-            "GET /api/v1/nodes/ (default page, 500)": (get("/api/v1/nodes/"), lambda: naive_node_list(500)),
+            "GET /api/v1/nodes/ (default page, 500)": (get("/api/v1/nodes/"), naive_page(500)),
             f"GET /api/v1/nodes/?limit={MAX_PAGE_LIMIT}": (get(f"/api/v1/nodes/?limit={MAX_PAGE_LIMIT}"),
-                                                           lambda: naive_node_list(MAX_PAGE_LIMIT)),
+                                                           naive_page(MAX_PAGE_LIMIT)),
             f"all nodes: every page of {MAX_PAGE_LIMIT}": (walk_pages, None),
             "all nodes: GET /api/v1/nodes/export/ CSV": (get("/api/v1/nodes/export/"), all_nodes_json),
             "export: first byte of the stream": (first_byte, None),
@@ -250,7 +253,7 @@ def main() -> int:
     parser.add_argument("--gpus", default="10000,40000,100000", help="fleet sizes in GPUs (8 per node)")
     parser.add_argument("--repeat", type=int, default=15, help="timed runs of ours (the baseline gets a third)")
     parser.add_argument("--naive-up-to", type=int, default=40000,
-                        help="run the per-node-query baselines of the overview up to this many GPUs (slow)")
+                        help="run the per-node-query baselines (overview, list pages) up to this many GPUs (slow)")
     args = parser.parse_args()
     try:
         sizes = [int(x) // 8 for x in args.gpus.split(",")]
