@@ -88,4 +88,5 @@ def test_the_scrape_costs_the_same_queries_for_any_fleet_size():
         scrape()
     fleet_queries = [q for q in large.captured_queries if "fleet_" in q["sql"]]
     assert len(large.captured_queries) == len(small.captured_queries)
-    assert len(fleet_queries) == 5
+    # Five for fleet's own families, one for the saturation signals' idle GPUs (scheduling.saturation).
+    assert len(fleet_queries) == 6
