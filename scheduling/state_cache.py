@@ -52,6 +52,7 @@ HOLE_SECONDS = 30.0  # a journal id not committed after this long was rolled bac
 JOURNAL_KEEP = 200_000  # rows kept behind the newest; a cache further behind reloads
 PRUNE_EVERY = 500  # syncs between prunings
 CHUNK = 500  # ids per IN list (SQLite's bound-parameter limit)
+RELOAD_SHARE = 0.25  # a delta naming more than this share of the nodes or running workloads reloads
 _lock = threading.Lock()  # one round at a time works on a process's cache
 _caches: dict[tuple, StateCache] = {}
 
@@ -149,6 +150,11 @@ class StateCache:
                     self.holes.setdefault(missing, now)
                 top, self.seen_stamp = i, stamp
         self.seen = top
+        if len(nodes) > max(256, len(self.views) * RELOAD_SHARE) or len(workloads) > max(
+            1000, len(self.running) * RELOAD_SHARE
+        ):
+            # Re-reading most of the fleet id by id costs more than reading it whole.
+            return self.reload("a change touching most of the fleet")
         if nodes and not self._refresh_nodes(sorted(nodes)):
             return self.reload("a node added, removed or reshaped")
         if workloads:
