@@ -212,7 +212,8 @@ def end_to_end(args: argparse.Namespace) -> int:
     except ImportError:
         print("(c) end to end: bench/placement_e2e.py is missing (the scheduling-Django part provides it)")
         return 2
-    return placement_e2e.run(make_snapshot(args.nodes, args.pending, args.seed, args.busy))
+    return placement_e2e.run_all(nodes=args.nodes, pending=args.pending, seed=args.seed, busy=args.busy,
+                                 sizes=args.sizes, per_node=args.pending_per_node)
 
 
 POLICIES = ("ours: best fit", "ours: frag-aware", *BASELINES)

@@ -1,9 +1,11 @@
-"""Benchmark (c): one placement round end to end on PostgreSQL — load the snapshot from the
-database, run the core, commit every decision under row locks — for a large fleet.
+"""Benchmark (c): the production placement round end to end on PostgreSQL — the state cache
+brought up to date (a full load on the process's first round), the considered queue heads read,
+the engine, every decision committed under row locks, the pending reasons — on a large fleet:
+cold and warm, at the default ROUND_QUEUE_DEPTH and at depth 0, and at several fleet sizes.
 
 Run through `python bench/placement.py --end-to-end` (same generated fleet and workload mix as
 (a)/(b)) or alone: `DATABASE_URL=postgres://... python -m bench.placement_e2e --nodes 5000
---pending 20000`. It never touches the database in DATABASE_URL: it creates (and afterwards
+--pending 20000 --sizes 1250,5000,20000`. It never touches the database in DATABASE_URL: it creates (and afterwards
 drops) a scratch database `<name>_e2e_bench` on the same server."""
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 if TYPE_CHECKING:
     from scheduling.engine.types import Snapshot
@@ -132,65 +136,194 @@ def _load(snapshot: Snapshot, epoch: datetime) -> None:
     Allocation.objects.bulk_create(allocations, batch_size=5000)
 
 
-def run(snapshot: Snapshot, *, keep: bool = False) -> int:
-    """Load `snapshot` into a scratch PostgreSQL database, run two rounds, print the numbers."""
-    url = os.environ.get("DATABASE_URL", "")
-    if not url:
-        print("(c) end to end: set DATABASE_URL=postgres://... (a scratch database is created next to it)")
-        return 2
-    scratch = scratch_database(url, suffix="_e2e_bench")
-    try:
-        django_setup(scratch)
-        from core.actors import Actor
-        from scheduling.models import Allocation
-        from scheduling.services import placement_round_run
+@dataclass
+class RoundRow:
+    """One timed round: what it considered and decided, and where its time went."""
 
-        started = time.perf_counter()
-        epoch = datetime(2026, 1, 1, tzinfo=UTC)
-        _load(snapshot, epoch)
-        setup_s = time.perf_counter() - started
-        actor = Actor.automation("bench")
-        print(
-            f"\n(c) end to end on PostgreSQL ({len(snapshot.nodes)} nodes, {len(snapshot.pending)} pending; "
-            f"rows written in {setup_s:.1f} s)"
-        )
-        for label in ("first round (everything pending)", "second round (what is left)"):
-            before = Allocation.objects.filter(released_at__isnull=True).count()
-            report = placement_round_run(actor=actor)
-            replicas = Allocation.objects.filter(released_at__isnull=True).count() - before
-            r = report.round
-            core_s = (r.load_ms + r.compute_ms + r.commit_ms) / 1000
-            rate = len(report.admitted) / core_s if core_s else 0.0
-            print(
-                f"    {label}: {len(report.admitted):,} admitted ({replicas:,} GPU allocations), "
-                f"{report.pending:,} pending, {len(report.dropped)} dropped"
-            )
-            print(
-                f"      load {r.load_ms:,.0f} ms + core {r.compute_ms:,.0f} ms + commit {r.commit_ms:,.0f} ms "
-                f"= {core_s:.2f} s  -> {rate:,.0f} placements/s (target >= 500/s, round < 10 s)"
-            )
-            print(f"      follow-up (pending reasons): {r.followup_ms:,.0f} ms")
-        return 0
-    finally:
+    label: str
+    considered: int
+    admitted: int
+    allocations: int
+    pending: int
+    cache: str
+    load_ms: float
+    compute_ms: float
+    commit_ms: float
+    followup_ms: float
+    wall_ms: float
+
+    def print(self) -> None:
+        rate = self.admitted / (self.wall_ms / 1000) if self.wall_ms else 0.0
+        print(f"    {self.label}: considered {self.considered:,}, admitted {self.admitted:,} "
+              f"({self.allocations:,} GPU allocations), {self.pending:,} still pending; cache: {self.cache}")
+        print(f"      load {self.load_ms:,.1f} + decide {self.compute_ms:,.1f} + commit {self.commit_ms:,.1f} "
+              f"+ follow-up {self.followup_ms:,.1f} ms; wall {self.wall_ms:,.1f} ms"
+              + (f" -> {rate:,.0f} placements/s end to end" if self.admitted else ""))
+
+
+def _round(label: str, actor, depth: int) -> RoundRow:
+    """One production round (placement_round_run) at ROUND_QUEUE_DEPTH `depth`, timed by wall."""
+    from django.conf import settings
+
+    from scheduling.models import Allocation
+    from scheduling.services import placement_round_run
+    from scheduling.state_cache import state_cache
+
+    settings.FLEETDECK["ROUND_QUEUE_DEPTH"] = depth
+    before = Allocation.objects.filter(released_at__isnull=True).count()
+    started = time.perf_counter()
+    report = placement_round_run(actor=actor)
+    wall_ms = (time.perf_counter() - started) * 1000
+    allocations = Allocation.objects.filter(released_at__isnull=True).count() - before
+    r, result, last = report.round, report.result, state_cache().last
+    if last.get("kind") == "reload":
+        cache = f"full reload ({last['why']}: {last['nodes']:,} nodes, {last['running']:,} running)"
+    else:
+        cache = (f"delta ({last.get('changes', 0):,} journal rows: {last.get('nodes', 0):,} nodes, "
+                 f"{last.get('workloads', 0):,} workloads re-read)")
+    considered = len(result.admitted) + len(result.pending) if result else 0
+    return RoundRow(label, considered, len(report.admitted), allocations, report.pending, cache,
+                    r.load_ms, r.compute_ms, r.commit_ms, r.followup_ms, wall_ms)
+
+
+_ORIGINAL_URL = os.environ.get("DATABASE_URL", "")
+
+
+def _fleet(snapshot: Snapshot, suffix: str) -> tuple[str, float]:
+    """A fresh scratch database next to DATABASE_URL's, migrated and holding `snapshot`."""
+    import django.apps
+
+    scratch = scratch_database(_ORIGINAL_URL, suffix=suffix)
+    if not django.apps.apps.ready:
+        django_setup(scratch)
+    else:  # Django reads the URL once: point the connection at the new database
+        from django.core.management import call_command
         from django.db import connections
 
         connections.close_all()
-        if not keep:
-            drop_database(scratch)
+        connections["default"].settings_dict["NAME"] = urlparse(scratch).path.lstrip("/")
+        call_command("migrate", verbosity=0)
+    started = time.perf_counter()
+    _load(snapshot, datetime(2026, 1, 1, tzinfo=UTC))
+    return scratch, time.perf_counter() - started
+
+
+def _close(scratch: str, keep: bool) -> None:
+    from django.db import connections
+
+    from scheduling.state_cache import state_cache_clear
+
+    state_cache_clear()
+    connections.close_all()
+    if not keep:
+        drop_database(scratch)
+
+
+def _sequence(snapshot: Snapshot, default_depth: int, *, keep: bool) -> list[RoundRow]:
+    """On a fresh copy of `snapshot`: the process's first round (cold: the cache loads), rounds
+    that admit at the default depth (warm), one at depth 0 (everything still pending), the round
+    after it (absorbs that round's changes) and one with nothing changed since."""
+    scratch, setup_s = _fleet(snapshot, "_e2e_bench")
+    try:
+        from core.actors import Actor  # after django.setup(), which _fleet runs first
+
+        actor = Actor.automation("bench")
+        print(f"\n  {len(snapshot.nodes):,} nodes / {sum(len(n.gpus) for n in snapshot.nodes):,} GPUs, "
+              f"{len(snapshot.pending):,} pending (rows written in {setup_s:.1f} s)")
+        rows = [_round(f"cold: first round of the process, depth {default_depth}", actor, default_depth)]
+        rows += [_round(f"warm: round {i}, depth {default_depth}", actor, default_depth) for i in (2, 3, 4)]
+        rows.append(_round("warm: depth 0 (every workload still pending)", actor, 0))
+        # Rounds until one admits nothing (the first reads the depth-0 round's changes), then one
+        # with nothing changed since: a scheduler at rest with a full fleet and a backlog.
+        settle = []
+        while not settle or (settle[-1].admitted and len(settle) < 6):
+            settle.append(_round(f"warm: after depth 0, round {len(settle) + 1}, depth {default_depth}", actor,
+                                 default_depth))
+        rows += settle
+        rows.append(_round(f"warm: nothing changed since, depth {default_depth}", actor, default_depth))
+        for row in rows:
+            row.print()
+        return rows
+    finally:
+        from django.conf import settings
+
+        settings.FLEETDECK["ROUND_QUEUE_DEPTH"] = default_depth
+        _close(scratch, keep)
+
+
+def _depth0_cold(snapshot: Snapshot, default_depth: int, *, keep: bool) -> RoundRow:
+    scratch, setup_s = _fleet(snapshot, "_e2e_bench")
+    try:
+        from core.actors import Actor  # after django.setup(), which _fleet runs first
+
+        row = _round(f"cold: first round of the process at depth 0 (all {len(snapshot.pending):,} pending)",
+                     Actor.automation("bench"), 0)
+        row.print()
+        return row
+    finally:
+        from django.conf import settings
+
+        settings.FLEETDECK["ROUND_QUEUE_DEPTH"] = default_depth
+        _close(scratch, keep)
+
+
+def run_all(*, nodes: int, pending: int, seed: int, busy: float, sizes: list[int], per_node: int,
+            keep: bool = False) -> int:
+    """(c): the headline fleet cold at depth 0 and through the round sequence, then the scaling table."""
+    if not os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
+        print("(c) end to end: set DATABASE_URL=postgres://... (a scratch database is created next to it)")
+        return 2
+    from bench.placement import make_snapshot
+
+    depth = int(os.environ.get("ROUND_QUEUE_DEPTH", "16"))  # the setting's default, read before setup
+    print(f"\n(c) end to end on PostgreSQL: the production round (scheduling.services.placement_round_run: state "
+          f"cache sync + considered heads,\n    engine, commit under row locks, pending reasons), wall time per "
+          f"round in this process; ROUND_QUEUE_DEPTH {depth} (each queue's first {depth}),\n    10 queues. "
+          f"cold = the process's first round (the cache loads the fleet), warm = the rounds after it.")
+    print(f"\n  depth 0, cold, {nodes:,} nodes:", end="")
+    _depth0_cold(make_snapshot(nodes, pending, seed, busy), depth, keep=keep)
+    table: dict[int, list[RoundRow]] = {}
+    for size in sorted({*sizes, nodes}):
+        n_pending = pending if size == nodes else per_node * size
+        table[size] = _sequence(make_snapshot(size, n_pending, seed, busy), depth, keep=keep)
+    _scaling(table, depth)
+    return 0
+
+
+def _scaling(table: dict[int, list[RoundRow]], depth: int) -> None:
+    sizes = sorted(table)
+    if len(sizes) < 2:
+        return
+    print(f"\n  scaling: wall ms per round (x: growth from the size before; fleet and pending grow "
+          f"{sizes[1] / sizes[0]:g}x per step, so linear = that factor)")
+    picks = [("cold (cache loads)", 0), (f"warm, admitting (d{depth})", 2), (f"nothing changed (d{depth})", -1),
+             ("depth 0, warm", 4)]
+    print(f"    {'nodes':>8} {'GPUs':>9}" + "".join(f"{label:>28}" for label, _ in picks) + "   depth 0 placements/s")
+    for i, size in enumerate(sizes):
+        cells = []
+        for _label, at in picks:
+            row = table[size][at]
+            grow = f" ({row.wall_ms / table[sizes[i - 1]][at].wall_ms:.1f}x)" if i else ""
+            cells.append(f"{row.wall_ms:,.0f}{grow}")
+        d0 = table[size][4]
+        rate = d0.admitted / (d0.wall_ms / 1000) if d0.wall_ms else 0.0
+        print(f"    {size:>8,} {size * 8:>9,}" + "".join(f"{c:>28}" for c in cells)
+              + f"   {rate:,.0f} ({d0.admitted:,} of {d0.considered:,})")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="End-to-end placement round benchmark on PostgreSQL")
     ap.add_argument("--nodes", type=int, default=5000)
     ap.add_argument("--pending", type=int, default=20000)
+    ap.add_argument("--sizes", default="1250,5000,20000")
+    ap.add_argument("--pending-per-node", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--busy", type=float, default=0.0)
     ap.add_argument("--keep", action="store_true", help="keep the scratch database for inspection")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from bench.placement import make_snapshot
-
-    return run(make_snapshot(args.nodes, args.pending, args.seed, args.busy), keep=args.keep)
+    return run_all(nodes=args.nodes, pending=args.pending, seed=args.seed, busy=args.busy,
+                   sizes=[int(x) for x in args.sizes.split(",") if x], per_node=args.pending_per_node, keep=args.keep)
 
 
 if __name__ == "__main__":
