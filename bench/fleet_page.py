@@ -302,8 +302,17 @@ def main() -> int:
         for label in results[sizes[0]]:
             cells = [results[n][label][0][1] for n in sizes]
             print(f"{label:42}" + "".join(f"{c:>15.1f}" + (f" ({c / cells[i - 1]:3.1f}x)" if i else "       ")
-                                          for i, c in enumerate(cells)))
+                                          for i, c in enumerate(cells)) + f"   {growth(cells, sizes)}")
     return 0
+
+
+def growth(cells: list[float], sizes: list[int]) -> str:
+    """Flat, linear or worse, from the first size to the last (a rough reading: the machine's noise
+    moves one factor by tens of percent)."""
+    grew, size = cells[-1] / cells[0], sizes[-1] / sizes[0]
+    if grew < size ** 0.5:
+        return "flat"
+    return "linear" if grew < 1.5 * size else "worse than linear"
 
 
 if __name__ == "__main__":
