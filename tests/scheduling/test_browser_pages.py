@@ -33,8 +33,9 @@ def _job(name: str, team: str, cls: str, replicas: int, gpus: int) -> dict:
 @pytest.fixture
 def seeded(transactional_db):
     call_command("load_demo", verbosity=0)  # also submits the demo's workloads
-    # Beyond research's nominal 40 + borrowing limit 24: waits with BORROWING_LIMIT.
-    waiting = workload_submit(spec=_job("too-big", "research", "research-batch", 9, 8), actor=OPS)
+    # All 64 H100s while research uses its nominal 48: beyond its borrowing limit 24, waits with
+    # BORROWING_LIMIT (more than the 64 would be refused at submission: it could never fit).
+    waiting = workload_submit(spec=_job("too-big", "research", "research-batch", 8, 8), actor=OPS)
     placement_round_run(actor=OPS)
     executor_tick()
     running = Workload.objects.filter(state=WorkloadState.RUNNING, team__name="research").order_by("pk").first()
