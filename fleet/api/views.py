@@ -97,7 +97,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         parameters=[OpenApiParameter("format", exclude=True)],
     )
     @action(detail=False, methods=["get"], pagination_class=None, renderer_classes=[JSONRenderer, CsvRenderer])
-    def export(self, request):
+    def export(self, request, format=None):  # noqa: A002 - DRF passes a format suffix (export.json) by this name
         nodes = self.filter_queryset(self.get_queryset())
         columns = NodeSerializer.Meta.fields
 
