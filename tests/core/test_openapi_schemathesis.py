@@ -63,7 +63,7 @@ def _workload_rules_no_schema_states(body: dict) -> dict:
     """The cross-field rules scheduling.services.specs checks and a schema cannot state: pod set
     names unique, flavors and MIG profiles that exist, a milli share or a MIG slice instead of
     whole GPUs (not both), replicas that fit the fleet's 8-GPU nodes, one pod set when elastic, a
-    command that starts with a program and is short enough in all."""
+    command that starts with a program and is short enough in all, a workload the fleet can hold."""
     pod_sets = body.get("pod_sets")
     if not isinstance(pod_sets, list) or not pod_sets:
         return {}
@@ -81,7 +81,22 @@ def _workload_rules_no_schema_states(body: dict) -> dict:
         if ps.get("command"):  # a program to run first, and at most MAX_COMMAND_LENGTH characters in all
             ps["command"] = ["python", *(arg[:64] for arg in ps["command"][1:])]
         fixed_sets.append(ps)
+    # … and that the whole fleet can hold (scheduling.services.never_fit): at most its 8 nodes of
+    # 8 GPUs, and within one node or one rack of 4 when that topology is required.
+    fitted, nodes = [], 0
+    for ps in fixed_sets:
+        need = ps["replicas"] if ps["gpus_per_replica"] == 8 else 1
+        if fitted and nodes + need > 8:
+            break
+        fitted.append(ps)
+        nodes += need
+    fixed_sets = fitted
     fixed: dict = {"pod_sets": fixed_sets}
+    topology = body.get("topology")
+    if isinstance(topology, dict) and topology.get("mode") == "required":
+        total = sum(ps["replicas"] * ps["gpus_per_replica"] for ps in fixed_sets)
+        if total > {"node": 8, "rack": 32}.get(topology.get("level"), 64):
+            fixed["topology"] = {**topology, "mode": "preferred"}
     if body.get("elastic_min_replicas") is not None:
         fixed["elastic_min_replicas"] = 1 + body["elastic_min_replicas"] % fixed_sets[0]["replicas"]
     return fixed
