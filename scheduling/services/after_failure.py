@@ -34,7 +34,7 @@ def workload_after_failure_choose(*, workload: Workload, choice: str, actor: Act
     if choice not in CHOICE_VERBS:
         raise ValidationError({"choice": [f"Must be one of {', '.join(CHOICE_VERBS)}."]})
     with transaction.atomic():
-        workload = Workload.objects.select_for_update().select_related("priority_class").get(pk=workload.pk)
+        workload = Workload.objects.select_for_update(of=("self",)).select_related("priority_class").get(pk=workload.pk)
         offer = after_failure(workload)
         if offer is None:
             raise ValidationError({"choice": ["Nothing to decide: no failure stopped this workload."]})

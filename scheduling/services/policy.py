@@ -303,7 +303,7 @@ def queue_update(*, actor: Actor, queue: Queue, quotas: Sequence[QuotaSpec] | No
             QuotaSpec(q.flavor, q.nominal, q.borrowing_limit, q.lending_limit) for q in current
         ]
         flavors = _lock_flavors({q.flavor.pk for q in wanted} | {q.flavor_id for q in current})
-        queue = Queue.objects.select_for_update().select_related("team", "cohort").get(pk=queue.pk)
+        queue = Queue.objects.select_for_update(of=("self",)).select_related("team", "cohort").get(pk=queue.pk)
         quotas_before = _quota_picture(queue)
         before = _apply(queue, changes, QUEUE_FIELDS + queue_extra_fields())
         excesses = _excesses(Queue.objects.get(pk=queue.pk), queue.cohort, wanted, flavors)
