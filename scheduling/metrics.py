@@ -81,14 +81,15 @@ def _saturation() -> Iterable[Metric]:
         if row.oldest_age_seconds is not None:
             oldest.add_metric([row.name], row.oldest_age_seconds)
     yield oldest
-    wait = GaugeMetricFamily("fleetdeck_queue_wait_seconds",
-                             f"Time to admission by GPUs asked, p50 and p95 of the admissions of the {window}",
-                             labels=["size", "quantile"])
-    for row in sat.wait_by_size:
-        for q, value in (("0.5", row.p50_seconds), ("0.95", row.p95_seconds)):
-            if value is not None:
-                wait.add_metric([row.label, q], value)
-    yield wait
+    # Two gauges, not a "quantile" label: that label belongs to summaries (promtool check metrics).
+    for q, attr in (("p50", "p50_seconds"), ("p95", "p95_seconds")):
+        wait = GaugeMetricFamily(f"fleetdeck_queue_wait_{q}_seconds",
+                                 f"Time to admission by GPUs asked, {q} of the admissions of the {window}",
+                                 labels=["size"])
+        for row in sat.wait_by_size:
+            if getattr(row, attr) is not None:
+                wait.add_metric([row.label], getattr(row, attr))
+        yield wait
     if sat.time_to_bind_p95_seconds is not None:
         yield GaugeMetricFamily("fleetdeck_time_to_bind_p95_seconds", f"p95 time to admission, {window}",
                                 value=sat.time_to_bind_p95_seconds)

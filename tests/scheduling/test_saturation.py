@@ -125,3 +125,13 @@ def test_the_api_gives_the_overviews_saturation_numbers(research_queue, team_mem
                       "stands_out": True}
     assert [row["label"] for row in body["wait_by_size"]] == ["≤ 1 GPU", "2–8 GPUs", "9–32 GPUs", "33+ GPUs"]
     assert Client().get("/api/v1/saturation/").status_code in (401, 403)
+
+
+def test_metrics_give_the_queue_wait_by_size(research_queue, team_member, client, clock):
+    submit(api_for(team_member), **training("quick", 8))
+    clock.advance(4)
+    run_round(clock)
+    got = families(client)
+    p50 = {s.labels["size"]: s.value for s in got["fleetdeck_queue_wait_p50_seconds"].samples}
+    p95 = {s.labels["size"]: s.value for s in got["fleetdeck_queue_wait_p95_seconds"].samples}
+    assert p50 == {"2–8 GPUs": pytest.approx(4.0)} and p95 == p50
