@@ -8,7 +8,7 @@ import pytest
 
 from integrations.kubernetes.jobs import WORKLOAD_LABEL
 from integrations.kubernetes.sync import job_reflector
-from scheduling.models import Workload
+from scheduling.models import QueueQuota, Workload
 
 from .conftest import NAMESPACE, seed_nodes
 from .test_worked_example_kubernetes import _queue
@@ -19,8 +19,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.kubernetes, pytest.mark.django_db(tr
 def test_a_relist_with_import_workers_imports_every_job_once_and_cancels_the_gone(kube, team):
     kube.add_nodes(seed_nodes(2, per_rack=2))
     kube.sync()
-    _queue(team)
-    kube.submit_job("gone", pods=3, gpus=8)  # more than the two nodes hold: it waits
+    QueueQuota.objects.filter(queue=_queue(team)).update(nominal=8)
+    kube.submit_job("gone", pods=2, gpus=8)  # more than the queue's quota (the fleet could hold it): it waits
     kube.sync()
     assert Workload.objects.get(name="gone").state == "pending"
 
