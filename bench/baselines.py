@@ -23,6 +23,7 @@ Fractional and MIG pod sets (not in the bench's mix) use the engine's own placem
 from __future__ import annotations
 
 import random
+from abc import ABC, abstractmethod
 
 from scheduling.engine.placement import Kind, Need, Where, place_pod_set
 from scheduling.engine.round import Round, SchedulerConfig
@@ -32,11 +33,12 @@ from scheduling.engine.types import GpuAssignment, ReplicaPlacement, RoundResult
 MAX_NODE_SCORE = 100  # kube-scheduler's framework.MaxNodeScore
 
 
-class _PerReplica(Round):
+class _PerReplica(Round, ABC):
     """A round whose whole-GPU replicas go, one by one, to the node `choose` names."""
 
+    @abstractmethod
     def choose(self, fx: FlavorIndex, g: int, allowed: list[int], where: Where, need: Need) -> NodeCapacity | None:
-        raise NotImplementedError
+        """The node for one replica of `g` whole GPUs, or None when none holds it."""
 
     def place_pod_set(self, fx: FlavorIndex, need: Need, where: Where, changes: list[Change]
                       ) -> list[ReplicaPlacement] | None:
@@ -92,8 +94,9 @@ class _KubeScore(_PerReplica):
         self.capacity = {f: next(iter(s)) if len(s) == 1 else None for f, s in sizes.items()}
 
     @staticmethod
+    @abstractmethod
     def score(requested: int, capacity: int) -> int:
-        raise NotImplementedError
+        """The strategy's node score, 0..MAX_NODE_SCORE."""
 
     def node_score(self, node: NodeCapacity, g: int) -> int:
         capacity = sum(node.healthy)  # allocatable nvidia.com/gpu: the device plugin lists healthy GPUs
