@@ -54,9 +54,9 @@ class WorkloadListSerializer(serializers.ModelSerializer):
     time_to_bind_seconds = serializers.SerializerMethodField()
     lost_gpu_hours = serializers.SerializerMethodField()
     eta = EtaSerializer(allow_null=True, read_only=True, help_text=(
-        "While waiting: the expected start and what bounds it (a running workload's time limit, a "
-        "victim's grace period or minimum runtime); basis 'unknown' and no time when nothing does. "
-        "Null once it is no longer waiting"))
+        "While waiting: the expected start and what bounds it (a running workload's time limit, for "
+        "capacity or for the quota it holds, a victim's grace period or minimum runtime); basis 'unknown' "
+        "and no time when nothing does. Null once it is no longer waiting"))
     pod_sets = PodSetSerializer(many=True)
 
     class Meta:

@@ -21,6 +21,7 @@ from .ordering import by_queue, round_order
 from .placement import Kind, Need, Placed, Where, flavor_demand, flavor_order, need_of, place_pod_set
 from .preemption import Preemptor
 from .quota import QuotaBook
+from .quota_eta import Holder, Waiter, quota_etas
 from .reasons import Miss, explain
 from .scoring import scorer_for
 from .snapshot import Capacity, Change, FlavorIndex
@@ -67,6 +68,10 @@ class Round:
         # Misses of place() by (capacity version, quota version, queue, shape): with hundreds
         # of pending workloads of a few shapes, most of a busy round re-asks the same question.
         self._misses: dict[tuple, Miss] = {}
+        # Quota held until a time limit by work admitted this round; what the quota waiters ask.
+        self._admitted_holders: list[Holder] = []
+        self._quota_waiters: list[Waiter] = []
+        self._quota_etas: dict[int, tuple[float, str]] = {}
 
     # -- entry ----------------------------------------------------------------------------------
     def run(self) -> RoundResult:
@@ -77,6 +82,11 @@ class Round:
             miss = self.consider(wl)
             if miss is not None:
                 pending[wl.id] = (miss.reason, miss.message, self.reservations.start_of(wl.id))
+                if miss.reason in QUOTA_REASONS:
+                    request = flavor_demand(self.cap, [need_of(ps) for ps in wl.pod_sets])
+                    self._quota_waiters.append(Waiter(wl.id, wl.name, wl.queue, request, wl.preemptible,
+                                                      wl.time_limit_s))
+        self._quota_etas = self._quota_wait() if self._quota_waiters else {}
         for name in sorted(queues):
             position = 0
             for wl in queues[name]:
@@ -90,11 +100,20 @@ class Round:
         return self.result
 
     def _eta(self, wid: int, start: float | None) -> tuple[float | None, str]:
-        """A backfill hold's start, else when the preemption it waits for frees its GPUs."""
+        """A backfill hold's start, else when the preemption it waits for frees its GPUs, else
+        when the quota it waits for is given back."""
         hold = self.reservations.holds.get(wid)
         if start is not None and hold is not None:
             return start, hold.basis
-        return self.preemptor.etas.get(wid, (None, ""))
+        if wid in self.preemptor.etas:
+            return self.preemptor.etas[wid]
+        return self._quota_etas.get(wid, (None, ""))
+
+    def _quota_wait(self) -> dict[int, tuple[float, str]]:
+        running = [Holder(rw.name, rw.queue, rw.expected_end, dict(rw.flavor_gpus)) for rw in self.snap.running
+                   if rw.expected_end is not None and not rw.preempting]
+        return quota_etas(queues=self.snap.queues, usage=self.quota.usage, holders=running + self._admitted_holders,
+                          waiters=self._quota_waiters, now=self.now)
 
     def _cohort_of(self, queue: str) -> str | None:
         view = self.snap.queues.get(queue)
@@ -160,6 +179,8 @@ class Round:
 
     def admit(self, wl: WorkloadSpec, placed: Placed) -> None:
         self.quota.add(wl.queue, placed.request)
+        if wl.time_limit_s is not None:
+            self._admitted_holders.append(Holder(wl.name, wl.queue, self.now + wl.time_limit_s, dict(placed.request)))
         self.result.admitted.append(Admit(wl.id, tuple(placed.placements), dict(placed.borrowed)))
 
     # -- placement with quota -------------------------------------------------------------------

@@ -250,3 +250,49 @@ ETA_CASES = [
 @pytest.mark.parametrize("c", ETA_CASES)
 def test_eta_of_pending_workloads(c: Case) -> None:
     run(c)
+
+
+# --- ETA of a workload waiting for quota ----------------------------------------------------------
+def quota_full(quota: int = 8, **queue: object) -> SnapshotBuilder:
+    """Two free nodes, but queue q's nominal quota of 8 is held by train-B until its time limit."""
+    return (SnapshotBuilder().queue("q", quota, **queue).nodes("n1", "n2", "n3")  # type: ignore[arg-type]
+            .running(10, "train-B", {"n1": ALL}, ends_in=3600))
+
+
+QUOTA = PendingReason.QUOTA_EXCEEDED
+QUOTA_ETA_CASES = [
+    case("a_quota_wait_starts_when_the_time_limit_holding_the_quota_ends",
+         quota_full().job(1, "next", gpus=8), want_pending={1: QUOTA},
+         check=eta(1, NOW + 3600, "after train-B's time limit at 1970-01-12 14:46 UTC frees 8 h100 GPUs of q's quota")),
+    case("the_quota_freed_goes_to_the_first_in_queue_order_then_the_next_waits_for_its_time_limit",
+         quota_full().job(1, "first", gpus=8, time_limit=1800).job(2, "second", gpus=8),
+         want_pending={1: QUOTA, 2: QUOTA},
+         check=lambda r: (eta(1, NOW + 3600, "train-B's time limit")(r),
+                          eta(2, NOW + 5400, "after first's time limit at 1970-01-12 15:16 UTC")(r))),
+    case("a_waiter_without_a_time_limit_ahead_leaves_the_next_unknown",
+         quota_full().job(1, "first", gpus=8).job(2, "second", gpus=8),
+         check=lambda r: (eta(1, NOW + 3600, "train-B")(r), eta(2, None)(r))),
+    case("quota_held_by_work_without_a_time_limit_is_unknown",
+         SnapshotBuilder().queue("q", 8).nodes("n1", "n2").running(10, "forever", {"n1": ALL}).job(1, "next", gpus=8),
+         want_pending={1: QUOTA}, check=eta(1, None)),
+    case("it_takes_as_many_releases_as_the_quota_it_needs",
+         SnapshotBuilder().queue("q", 8).nodes("n1", "n2")
+         .running(10, "a", {"n1": (0, 1, 2, 3)}, ends_in=600).running(11, "b", {"n1": (4, 5, 6, 7)}, ends_in=1200)
+         .job(1, "next", gpus=8),
+         check=eta(1, NOW + 1200, "after b's time limit", "frees 4 h100 GPUs of q's quota")),
+    case("borrowing_waits_for_the_lender_in_the_cohort_to_be_idle_again",
+         SnapshotBuilder().queue("q-research", 0, cohort="c").queue("q-other", 8, cohort="c").nodes("n1", "n2")
+         .running(10, "train-B", {"n1": ALL}, queue="q-other", ends_in=7200)
+         .job(1, "big", queue="q-research", gpus=8),
+         want_pending={1: QUOTA},
+         check=eta(1, NOW + 7200, "after train-B's time limit", "of q-other's quota")),
+    case("a_workload_admitted_this_round_gives_its_quota_back_at_its_time_limit",
+         SnapshotBuilder().queue("q", 8).nodes("n1", "n2").job(1, "now", gpus=8, time_limit=900)
+         .job(2, "later", gpus=8),
+         want_admitted=[1], check=eta(2, NOW + 900, "after now's time limit")),
+]
+
+
+@pytest.mark.parametrize("c", QUOTA_ETA_CASES)
+def test_eta_of_workloads_waiting_for_quota(c: Case) -> None:
+    run(c)
