@@ -16,6 +16,9 @@ _allocations: Callable[..., models.QuerySet] | None = None
 # (node=, override=, reason=, actor=) -> the overridden object or None; raises NodeStateConflict to
 # refuse an uncordon (registered by health: an unfinished repair ticket keeps the node out).
 _uncordon_gates: list[Callable[..., Any]] = []
+# (flavor) -> sentences naming what still uses the flavor ("flavor H100 is in the quotas of queue q"),
+# empty when nothing does (registered by scheduling: quotas, pod sets, quota requests).
+_flavor_uses: list[Callable[[Any], list[str]]] = []
 
 
 def register_allocations(source: Callable[..., models.QuerySet]) -> None:
@@ -37,3 +40,13 @@ def register_uncordon_gate(gate: Callable[..., Any]) -> None:
 
 def uncordon_gates() -> tuple[Callable[..., Any], ...]:
     return tuple(_uncordon_gates)
+
+
+def register_flavor_uses(source: Callable[[Any], list[str]]) -> None:
+    if source not in _flavor_uses:
+        _flavor_uses.append(source)
+
+
+def flavor_uses(flavor: Any) -> list[str]:
+    """What the apps above say still uses `flavor`: a delete is refused while this is not empty."""
+    return [use for source in _flavor_uses for use in source(flavor)]

@@ -28,6 +28,10 @@ class CohortForm(forms.Form):
     name = forms.CharField(max_length=64)
 
 
+class DeleteForm(forms.Form):
+    """The delete confirmation: no fields, only the CSRF token, and the service's refusal on top."""
+
+
 class FlavorForm(forms.Form):
     name = forms.CharField(max_length=64, help_text="e.g. H100-SXM-80GB; quotas are set per flavor")
     product = forms.CharField(max_length=128, help_text="NVML product name, e.g. NVIDIA H100 80GB HBM3")

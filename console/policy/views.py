@@ -16,12 +16,12 @@ from django.views.decorators.http import require_POST
 from core.actors import Actor
 from core.roles import is_operator
 from fleet.models import GpuFlavor
-from fleet.services.flavors import flavor_create, flavor_update
+from fleet.services.flavors import flavor_create, flavor_delete, flavor_update
 from scheduling.models import Cohort, PriorityClass, Queue, QueueQuota, Team, TeamMembership
 from scheduling.quota_requests.selectors import teams_visible_to
-from scheduling.services import policy
+from scheduling.services import policy, policy_delete
 
-from .forms import CohortForm, FlavorForm, MemberForm, PriorityClassForm, QueueForm, TeamForm, add_errors
+from .forms import CohortForm, DeleteForm, FlavorForm, MemberForm, PriorityClassForm, QueueForm, TeamForm, add_errors
 
 FORM = "console/policy/form.html"
 
@@ -52,6 +52,27 @@ def _edit(request: HttpRequest, *, form_class, initial: dict, save: Callable[[di
             messages.success(request, done)
             return redirect(back)
     return _form_page(request, form=form, title=title, back=back, status=400)
+
+
+def _delete(request: HttpRequest, *, obj, kind: str, what_goes: str, back: str,
+            delete: Callable[[Actor], None]) -> HttpResponse:
+    """GET: the confirmation; POST: the service deletes it, or the page names what still uses it
+    (409, nothing deleted)."""
+    _operator_only(request)
+    form, status = DeleteForm(), 200
+    if request.method == "POST":
+        form = DeleteForm(request.POST)
+        try:
+            delete(Actor.from_request(request))
+        except ValidationError as exc:
+            add_errors(form, exc)
+            status = 409
+        else:
+            messages.success(request, f"{kind.capitalize()} {obj} deleted.")
+            return redirect(back)
+    return render(request, "console/policy/delete.html", {
+        "form": form, "obj": obj, "kind": kind, "what_goes": what_goes, "back": back,
+        "title": f"Delete {kind} {obj}"}, status=status)
 
 
 # --- teams ---------------------------------------------------------------------------------------
@@ -89,6 +110,14 @@ def team_edit(request: HttpRequest, pk: int) -> HttpResponse:
             return redirect("console:policy-teams")
     return _form_page(request, form=form, title=f"Team {team.name}", back="console:policy-teams",
                       template="console/policy/team_edit.html", status=400, **extra)
+
+
+def team_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    team = get_object_or_404(Team, pk=pk)
+    return _delete(request, obj=team, kind="team", back="console:policy-teams",
+                   what_goes="Its memberships go with it; a team that still has queues, workloads or quota requests "
+                   "is not deleted.",
+                   delete=lambda actor: policy_delete.team_delete(actor=actor, team=team))
 
 
 @require_POST
@@ -153,6 +182,13 @@ def cohort_edit(request: HttpRequest, pk: int) -> HttpResponse:
                  save=lambda data, actor: policy.cohort_update(actor=actor, cohort=cohort, **data))
 
 
+def cohort_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    cohort = get_object_or_404(Cohort, pk=pk)
+    return _delete(request, obj=cohort, kind="cohort", back="console:policy-cohorts",
+                   what_goes="A cohort that still holds queues is not deleted: move them out first.",
+                   delete=lambda actor: policy_delete.cohort_delete(actor=actor, cohort=cohort))
+
+
 # --- queues and quotas ---------------------------------------------------------------------------
 
 
@@ -198,6 +234,14 @@ def queue_edit(request: HttpRequest, pk: int) -> HttpResponse:
     return _queue_form(request, queue=queue)
 
 
+def queue_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    queue = get_object_or_404(Queue, pk=pk)
+    return _delete(request, obj=queue, kind="queue", back="console:policy-queues",
+                   what_goes="Its quotas go with it; a queue with workloads (of any state) or quota requests is not "
+                   "deleted.",
+                   delete=lambda actor: policy_delete.queue_delete(actor=actor, queue=queue))
+
+
 # --- priority classes ----------------------------------------------------------------------------
 
 
@@ -220,6 +264,13 @@ def priority_class_edit(request: HttpRequest, pk: int) -> HttpResponse:
                  save=lambda data, actor: policy.priority_class_update(actor=actor, priority_class=pc, **data))
 
 
+def priority_class_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    pc = get_object_or_404(PriorityClass, pk=pk)
+    return _delete(request, obj=pc, kind="priority class", back="console:policy-priority-classes",
+                   what_goes="A priority class that workloads (of any state) use is not deleted.",
+                   delete=lambda actor: policy_delete.priority_class_delete(actor=actor, priority_class=pc))
+
+
 # --- flavors -------------------------------------------------------------------------------------
 
 
@@ -240,3 +291,10 @@ def flavor_edit(request: HttpRequest, pk: int) -> HttpResponse:
     return _edit(request, form_class=FlavorForm, initial=initial, title=f"Flavor {flavor.name}",
                  back="console:policy-flavors", done="Flavor saved.",
                  save=lambda data, actor: flavor_update(actor=actor, flavor=flavor, **data))
+
+
+def flavor_delete_page(request: HttpRequest, pk: int) -> HttpResponse:
+    flavor = get_object_or_404(GpuFlavor, pk=pk)
+    return _delete(request, obj=flavor, kind="flavor", back="console:policy-flavors",
+                   what_goes="A flavor that nodes, quotas, pod sets or quota requests use is not deleted.",
+                   delete=lambda actor: flavor_delete(actor=actor, flavor=flavor))

@@ -1,5 +1,6 @@
 """/api/v1/flavors/: GPU flavors, read by everyone signed in, created and corrected by operators
-through fleet.services.flavors (the flavor pages call the same). A taken name is a 409."""
+through fleet.services.flavors (the flavor pages call the same). A taken name is a 409, and so is
+deleting a flavor something still uses (nodes, quotas, pod sets), naming what."""
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -16,8 +17,9 @@ from core.fields import StrictCharField
 from core.filters import StrictFilterBackend
 from core.parsers import StrictJSONParser
 from core.permissions import ReadOnlyOrOperator
+from core.refusals import InUse
 from fleet.models import GpuFlavor
-from fleet.services.flavors import UNIQUE, flavor_create, flavor_update
+from fleet.services.flavors import UNIQUE, flavor_create, flavor_delete, flavor_update
 
 MAX_MEMORY_MIB = 2**31 - 1  # the column's bound on PostgreSQL
 
@@ -45,6 +47,10 @@ class Conflict(APIException):
 def _call(fn, **kwargs):
     try:
         return fn(**kwargs)
+    except InUse as exc:
+        conflict = Conflict()
+        conflict.detail = {"detail": "; ".join(exc.uses), "in_use": exc.uses}
+        raise conflict from exc
     except DjangoValidationError as exc:
         if not hasattr(exc, "error_dict"):
             raise ValidationError({"non_field_errors": exc.messages}) from exc
@@ -57,6 +63,8 @@ def _call(fn, **kwargs):
 
 BAD = OpenApiResponse(OpenApiTypes.OBJECT, description="Invalid input, keyed by field")
 TAKEN = OpenApiResponse(OpenApiTypes.OBJECT, description='The name is taken: {"name": [...]}')
+IN_USE = OpenApiResponse(OpenApiTypes.OBJECT, description=(
+    'Still in use, nothing deleted: {"detail": "flavor H100 is used by 12 nodes", "in_use": [...]}'))
 
 
 @extend_schema_view(
@@ -68,9 +76,12 @@ TAKEN = OpenApiResponse(OpenApiTypes.OBJECT, description='The name is taken: {"n
     partial_update=extend_schema(summary="Correct a flavor", description="Renaming keeps its nodes and quotas. "
                                  "Audited. Operators only.", request=FlavorInputSerializer,
                                  responses={200: FlavorSerializer, 400: BAD, 409: TAKEN}),
+    destroy=extend_schema(summary="Delete a flavor", description="Only one no node, quota, pod set or quota "
+                          "request uses: a 409 names what still does. Audited. Operators only.",
+                          responses={204: None, 409: IN_USE}),
 )
 class FlavorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-                    mixins.UpdateModelMixin, viewsets.GenericViewSet):
+                    mixins.UpdateModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet):
     serializer_class = FlavorSerializer
     permission_classes = [ReadOnlyOrOperator]
     parser_classes = [StrictJSONParser]
@@ -78,7 +89,7 @@ class FlavorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cre
     search_fields = ["name", "product"]
     lookup_field = "name"
     lookup_value_regex = r"[^/]+"
-    http_method_names = ["get", "post", "patch", "head", "options"]
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def get_queryset(self):
         return GpuFlavor.objects.annotate(node_count=Count("nodes", distinct=True),
@@ -100,3 +111,7 @@ class FlavorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cre
         flavor = self.get_object()
         flavor = _call(flavor_update, actor=Actor.from_request(request), flavor=flavor, **self._body(partial=True))
         return self._answer(flavor)
+
+    def destroy(self, request, *args, **kwargs):
+        _call(flavor_delete, actor=Actor.from_request(request), flavor=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)

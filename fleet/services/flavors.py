@@ -1,5 +1,6 @@
 """GPU flavors an operator defines or corrects (the importer and the agent create them from what
-NVML reports; fleet.flavors names them). Operators only; audited."""
+NVML reports; fleet.flavors names them). Operators only; audited. A flavor something still uses
+is not deleted (core.refusals.InUse names what)."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,7 +10,9 @@ from django.db import IntegrityError, transaction
 
 from core.actors import Actor
 from core.audit import audit_record
+from core.refusals import delete_unused, plural
 from core.roles import is_operator
+from fleet.hooks import flavor_uses
 from fleet.models import GpuFlavor
 
 FLAVOR_FIELDS = ("name", "product", "memory_mib")
@@ -58,3 +61,19 @@ def flavor_update(*, actor: Actor, flavor: GpuFlavor, **changes: Any) -> GpuFlav
         if _picture(flavor) != before:
             audit_record(actor=actor, verb="flavor.update", target=flavor, before=before, after=_picture(flavor))
     return flavor
+
+
+def flavor_delete(*, actor: Actor, flavor: GpuFlavor) -> None:
+    """Refused while nodes or (through fleet.hooks) the scheduler's quotas, pod sets or quota
+    requests use the flavor: deleting it would orphan them. The row is locked first, so a node
+    or quota written meanwhile is either seen here or refused by its foreign key."""
+    _require_operator(actor)
+    with transaction.atomic():
+        flavor = GpuFlavor.objects.select_for_update().get(pk=flavor.pk)
+        uses = []
+        nodes = flavor.nodes.count()
+        if nodes:
+            uses.append(f"flavor {flavor.name} is used by {plural(nodes, 'node')}")
+        uses += flavor_uses(flavor)
+        audit_record(actor=actor, verb="flavor.delete", target=flavor, before=_picture(flavor))
+        delete_unused(flavor, uses)

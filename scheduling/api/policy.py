@@ -3,8 +3,8 @@
 Everyone signed in reads (a team member only their own teams and queues); operators write, through
 scheduling.services.policy, the services the policy pages call. Input serializers state what a
 schema can; the services decide the rest. A taken name and a change that would leave a cohort's
-nominal quotas above the fleet's capacity (without `confirm: true`) are 409s; other refusals 400s
-naming the field."""
+nominal quotas above the fleet's capacity (without `confirm: true`) are 409s, and so is a delete
+of something still in use (naming what uses it); other refusals 400s naming the field."""
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
@@ -25,12 +25,13 @@ from core.fields import StrictBooleanField, StrictCharField
 from core.filters import StrictBooleanFilter, StrictFilterBackend, UtcDateTimeFilter
 from core.parsers import StrictJSONParser
 from core.permissions import ReadOnlyOrOperator
+from core.refusals import InUse
 from fleet.models import GpuFlavor
 from scheduling import limits
 from scheduling.models import Cohort, Preemption, PriorityClass, Queue, QueueQuota, Team, TeamMembership
 from scheduling.quota_requests.selectors import sees_all_teams
 from scheduling.selectors import queue_usage, usage_book
-from scheduling.services import policy
+from scheduling.services import policy, policy_delete
 
 from .serializers import QueueUsageSerializer
 
@@ -53,11 +54,24 @@ CONFLICT = OpenApiResponse(
 )
 
 
+IN_USE = OpenApiResponse(OpenApiTypes.OBJECT, description=(
+    'Still in use, nothing deleted: {"detail": "queue q-train has 3 pending/running workloads", "in_use": '
+    '["queue q-train has 3 pending/running workloads", ...]}'))
+
+
+def in_use_conflict(exc: InUse) -> APIException:
+    conflict = Conflict()
+    conflict.detail = {"detail": "; ".join(exc.uses), "in_use": exc.uses}
+    return conflict
+
+
 def call_policy(fn, **kwargs):
-    """The service's refusals as HTTP answers: taken names and unconfirmed excesses 409, other
-    ValidationErrors 400 keyed by field, PermissionDenied 403."""
+    """The service's refusals as HTTP answers: taken names, unconfirmed excesses and deletes of
+    what is still in use 409, other ValidationErrors 400 keyed by field, PermissionDenied 403."""
     try:
         return fn(**kwargs)
+    except InUse as exc:
+        raise in_use_conflict(exc) from exc
     except policy.OverCapacity as exc:
         conflict = Conflict()
         conflict.detail = {  # set after __init__, which would turn the numbers into strings
@@ -87,8 +101,8 @@ def _text_field() -> StrictCharField:
 
 
 class PolicyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-                    mixins.UpdateModelMixin, viewsets.GenericViewSet):
-    """Read for everyone signed in, create and PATCH for operators, objects by name."""
+                    mixins.UpdateModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet):
+    """Read for everyone signed in, create, PATCH and DELETE for operators, objects by name."""
 
     permission_classes = [ReadOnlyOrOperator]
     parser_classes = [StrictJSONParser]  # the schema's one request type
@@ -114,15 +128,22 @@ class PolicyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cre
     def update(self, request, *args, **kwargs):
         obj = self.get_object()
         obj = call_policy(self.update_service, actor=Actor.from_request(request),
-                          **{self.update_target: obj}, **self._input(partial=True))
+                          **{self.target: obj}, **self._input(partial=True))
         return self._answer(obj)
 
+    def destroy(self, request, *args, **kwargs):
+        call_policy(self.delete_service, actor=Actor.from_request(request), **{self.target: self.get_object()})
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
-def _write_schema(output, input_):
+
+def _write_schema(output, input_, kind: str):
     bad = OpenApiResponse(OpenApiTypes.OBJECT, description="Invalid input, keyed by field")
     return {
         "create": extend_schema(request=input_, responses={201: output, 400: bad, 409: CONFLICT}),
         "partial_update": extend_schema(request=input_, responses={200: output, 400: bad, 409: CONFLICT}),
+        "destroy": extend_schema(summary=f"Delete a {kind}", description=(
+            f"Only a {kind} nothing uses any more: a 409 names what still does (workloads of any state, quota "
+            "requests, queues). Audited. Operators only."), responses={204: None, 409: IN_USE}),
     }
 
 
@@ -165,17 +186,17 @@ class TeamFilter(filters.FilterSet):
     list=extend_schema(summary="List teams", description="Operators and viewers see every team; a team member "
                        "their own teams. `?search=` matches name, description and e-mail."),
     retrieve=extend_schema(summary="Get a team by name, with its members and queues"),
-    **_write_schema(TeamSerializer, TeamInputSerializer),
+    **_write_schema(TeamSerializer, TeamInputSerializer, "team"),
 )
 class TeamViewSet(PolicyViewSet):
     serializer_class = TeamSerializer
     input_serializer = TeamInputSerializer
     filterset_class = TeamFilter
     search_fields = ["name", "description", "email"]
-    http_method_names = ["get", "post", "patch", "delete", "head", "options"]  # delete: members only
     create_service = staticmethod(policy.team_create)
     update_service = staticmethod(policy.team_update)
-    update_target = "team"
+    delete_service = staticmethod(policy_delete.team_delete)
+    target = "team"
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # drf-spectacular reads the model without a user
@@ -264,24 +285,20 @@ class CohortInputSerializer(serializers.Serializer):
 @extend_schema_view(
     list=extend_schema(summary="List cohorts", description="`?search=` matches the name."),
     retrieve=extend_schema(summary="Get a cohort by name, with its queues and nominal quotas per flavor"),
-    destroy=extend_schema(summary="Delete a cohort", description="Its queues leave it. Audited. Operators only."),
-    **_write_schema(CohortSerializer, CohortInputSerializer),
+    **_write_schema(CohortSerializer, CohortInputSerializer, "cohort"),
 )
-class CohortViewSet(mixins.DestroyModelMixin, PolicyViewSet):
+class CohortViewSet(PolicyViewSet):
     serializer_class = CohortSerializer
     input_serializer = CohortInputSerializer
     search_fields = ["name"]
     create_service = staticmethod(policy.cohort_create)
     update_service = staticmethod(policy.cohort_update)
-    update_target = "cohort"
+    delete_service = staticmethod(policy_delete.cohort_delete)
+    target = "cohort"
     queryset = Cohort.objects.prefetch_related(
         Prefetch("queues", queryset=Queue.objects.prefetch_related(
             Prefetch("quotas", queryset=QueueQuota.objects.select_related("flavor"))))
     )
-
-    def perform_destroy(self, instance):
-        call_policy(policy.cohort_delete, actor=Actor.from_request(self.request), cohort=instance)
-
 
 # --- queues and quotas ---------------------------------------------------------------------------
 
@@ -384,14 +401,15 @@ def _quota_specs(rows: list[dict] | None) -> list[policy.QuotaSpec] | None:
         "Quota per flavor (nominal, borrowing and lending limits) with what is used, borrowed, lent and asked for "
         "now. A team member sees their teams' queues. `?search=` matches queue and team names.")),
     retrieve=extend_schema(summary="Get a queue by name"),
-    **_write_schema(QueueSerializer, QueueInputSerializer),
+    **_write_schema(QueueSerializer, QueueInputSerializer, "queue"),
 )
 class QueueViewSet(PolicyViewSet):
     serializer_class = QueueSerializer
     input_serializer = QueueInputSerializer
     filterset_class = QueueFilter
     search_fields = ["name", "team__name"]
-    http_method_names = ["get", "post", "patch", "head", "options"]
+    delete_service = staticmethod(policy_delete.queue_delete)
+    target = "queue"
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # drf-spectacular reads the model without a user
@@ -467,17 +485,17 @@ class PriorityClassInputSerializer(serializers.ModelSerializer):
     list=extend_schema(summary="List priority classes", description="Highest first. `?search=` matches name and "
                        "description."),
     retrieve=extend_schema(summary="Get a priority class by name"),
-    **_write_schema(PriorityClassSerializer, PriorityClassInputSerializer),
+    **_write_schema(PriorityClassSerializer, PriorityClassInputSerializer, "priority class"),
 )
 class PriorityClassViewSet(PolicyViewSet):
     serializer_class = PriorityClassSerializer
     input_serializer = PriorityClassInputSerializer
     queryset = PriorityClass.objects.all()
     search_fields = ["name", "description"]
-    http_method_names = ["get", "post", "patch", "head", "options"]
     create_service = staticmethod(policy.priority_class_create)
     update_service = staticmethod(policy.priority_class_update)
-    update_target = "priority_class"
+    delete_service = staticmethod(policy_delete.priority_class_delete)
+    target = "priority_class"
 
 
 # --- preemptions ---------------------------------------------------------------------------------

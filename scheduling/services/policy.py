@@ -1,6 +1,7 @@
 """The fleet's policy: teams and their members, cohorts, queues and their quotas per flavor,
 priority classes. Operators only; one transaction with its audit row per change. The pages and
-the API call these, so both refuse the same things in the same words.
+the API call these, so both refuse the same things in the same words. Deletes are in
+scheduling.services.policy_delete.
 
 Errors are Django ValidationErrors keyed by field (a quota's fields as `quotas[<i>].<field>`);
 code "unique" marks a name that is taken (the API's 409), code "over_capacity" a change that
@@ -141,16 +142,6 @@ def cohort_update(*, actor: Actor, cohort: Cohort, name: str) -> Cohort:
         _save(cohort)
         _changed(cohort, actor, "cohort.update", before)
     return cohort
-
-
-def cohort_delete(*, actor: Actor, cohort: Cohort) -> None:
-    """Its queues leave the cohort (they keep their nominal quota and stop borrowing)."""
-    require_operator(actor)
-    with transaction.atomic():
-        members = list(cohort.queues.order_by("name").values_list("name", flat=True))
-        audit_record(actor=actor, verb="cohort.delete", target=cohort,
-                     before={"name": cohort.name, "queues": members})
-        cohort.delete()
 
 
 # --- queues and quotas ---------------------------------------------------------------------------

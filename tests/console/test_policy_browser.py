@@ -117,3 +117,47 @@ def test_a_viewer_reads_the_policy_and_is_refused_the_forms(transactional_db, cl
         assert response.status == 403, path
     page.screenshot(path=str(artifacts_dir / "policy-viewer-refused.png"), full_page=True)
     assert not AuditEvent.objects.exists()
+
+
+def test_an_operator_deletes_an_unused_class_and_a_team_member_is_refused(transactional_db, cluster, classes,
+                                                                          research_queue, operator, team_member,
+                                                                          browser, live_server, artifacts_dir):
+    from playwright.sync_api import expect
+
+    from scheduling.models import Workload
+
+    Workload.objects.create(name="busy", team=research_queue.team, queue=research_queue,
+                            priority_class=classes["research-batch"])
+    page = _login(browser, live_server, operator)
+    page.goto(f"{live_server.url}/policy/priority-classes/")
+    # A class a pending workload uses: the confirmation names it and nothing is deleted.
+    page.click("tr[data-class=research-batch] >> a.delete")
+    page.click("#confirm-delete")
+    expect(page.locator("#form-errors")).to_contain_text("priority class research-batch has 1 pending/running "
+                                                         "workload")
+    page.screenshot(path=str(artifacts_dir / "policy-delete-refused.png"), full_page=True)
+    assert PriorityClass.objects.filter(name="research-batch").exists()
+
+    page.goto(f"{live_server.url}/policy/priority-classes/")
+    page.click("tr[data-class=eval] >> a.delete")
+    expect(page.locator("h1")).to_contain_text("Delete priority class eval?")
+    page.click("#confirm-delete")
+    expect(page.locator("tr[data-class=eval]")).to_have_count(0)
+    expect(page.locator("tr[data-class=research-batch]")).to_be_visible()
+    assert not PriorityClass.objects.filter(name="eval").exists()
+    assert AuditEvent.objects.get(verb="priorityclass.delete").actor == operator.username
+
+    member = _login(browser, live_server, team_member)
+    member.goto(f"{live_server.url}/policy/priority-classes/")
+    expect(member.locator("a.delete")).to_have_count(0)
+    response = member.goto(f"{live_server.url}/policy/priority-classes/{classes['training-prod'].pk}/delete/")
+    assert response.status == 403
+    # The member's POST, with the CSRF token of a page they may see, is refused as well.
+    member.goto(f"{live_server.url}/policy/priority-classes/")
+    status = member.evaluate("""async (url) => {
+        const token = document.cookie.split('; ').find(c => c.startsWith('csrftoken=')).split('=')[1];
+        const r = await fetch(url, {method: 'POST', headers: {'X-CSRFToken': token}});
+        return r.status; }""", f"/policy/priority-classes/{classes['training-prod'].pk}/delete/")
+    assert status == 403
+    assert PriorityClass.objects.filter(name="training-prod").exists()
+    assert AuditEvent.objects.filter(verb="priorityclass.delete").count() == 1

@@ -138,3 +138,61 @@ def test_the_queue_form_edits_a_queue_in_place(client, operator, research_queue,
     client.post(f"/policy/queues/{research_queue.pk}/", {"name": "research-q", "team": "research",
                                                          "reclaim_within_cohort": "Any"})
     assert not research_queue.quotas.exists()
+
+
+# --- deleting --------------------------------------------------------------------------------------
+
+
+def _delete_urls(research_queue, cohort, classes, cluster) -> list[str]:
+    return [f"/policy/teams/{research_queue.team.pk}/delete/", f"/policy/queues/{research_queue.pk}/delete/",
+            f"/policy/cohorts/{cohort.pk}/delete/", f"/policy/priority-classes/{classes['eval'].pk}/delete/",
+            f"/policy/flavors/{cluster.pk}/delete/"]
+
+
+def test_viewers_and_team_members_are_refused_every_delete(client, viewer, team_member, research_queue, cohort,
+                                                          classes, cluster):
+    for user in (viewer, team_member):
+        client.force_login(user)
+        for url in _delete_urls(research_queue, cohort, classes, cluster):
+            assert client.get(url).status_code == 403, url
+            assert client.post(url).status_code == 403, url
+    assert Cohort.objects.exists() and PriorityClass.objects.filter(name="eval").exists()
+    assert not AuditEvent.objects.exists()
+
+
+def test_an_operator_confirms_and_the_unused_class_is_deleted(client, operator, classes):
+    client.force_login(operator)
+    url = f"/policy/priority-classes/{classes['eval'].pk}/delete/"
+    confirm = client.get(url)
+    assert confirm.status_code == 200 and "Delete priority class eval" in confirm.content.decode()
+    assert PriorityClass.objects.filter(name="eval").exists()  # a GET deletes nothing
+    assert client.post(url).status_code == 302
+    assert not PriorityClass.objects.filter(name="eval").exists()
+    assert AuditEvent.objects.get(verb="priorityclass.delete").actor == "olga"
+
+
+def test_a_delete_without_the_csrf_token_is_refused(operator, classes):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(operator)
+    assert client.post(f"/policy/priority-classes/{classes['eval'].pk}/delete/").status_code == 403
+    assert PriorityClass.objects.filter(name="eval").exists()
+
+
+def test_what_still_uses_it_is_a_form_error_and_nothing_is_deleted(client, operator, research_queue, cohort,
+                                                                   classes, cluster):
+    Queue.objects.filter(pk=research_queue.pk).update(cohort=cohort)
+    client.force_login(operator)
+    expected = ["team research still has queues research-q", f"flavor {FLAVOR} is used by 8 nodes",
+                "cohort gpu-fleet still holds queues research-q"]
+    urls = _delete_urls(research_queue, cohort, classes, cluster)
+    for url, use in ((urls[0], expected[0]), (urls[4], expected[1]), (urls[2], expected[2])):
+        page = client.post(url)
+        assert page.status_code == 409, url
+        assert any(use in e for e in page.context["form"].non_field_errors()), url
+        assert use in page.content.decode()
+    assert Team.objects.filter(name="research").exists() and GpuFlavor.objects.filter(name=FLAVOR).exists()
+    assert Queue.objects.get(pk=research_queue.pk).cohort == cohort
+    assert QueueQuota.objects.filter(queue=research_queue).exists()
+    assert not AuditEvent.objects.exists()

@@ -94,13 +94,16 @@ def test_cohorts_are_created_renamed_and_deleted_by_operators_only(operator, vie
     client = api_for(operator)
     assert client.post("/api/v1/cohorts/", {"name": "fleet"}, format="json").status_code == 201
     assert client.patch("/api/v1/cohorts/fleet/", {"name": "shared"}, format="json").json()["name"] == "shared"
-    Queue.objects.create(name="q", team=team, cohort=Cohort.objects.get(name="shared"))
+    queue = Queue.objects.create(name="q", team=team, cohort=Cohort.objects.get(name="shared"))
     assert api_for(viewer).delete("/api/v1/cohorts/shared/").status_code == 403
+    # A cohort that still holds a queue is kept: deleting it would end the queue's borrowing unasked.
+    assert client.delete("/api/v1/cohorts/shared/").status_code == 409
+    client.patch("/api/v1/queues/q/", {"cohort": None}, format="json")
     assert client.delete("/api/v1/cohorts/shared/").status_code == 204
-    assert Queue.objects.get(name="q").cohort is None
+    assert Queue.objects.get(pk=queue.pk).cohort is None
     assert [e.verb for e in AuditEvent.objects.filter(target_type="scheduling.cohort").order_by("id")] == [
         "cohort.create", "cohort.update", "cohort.delete"]
-    assert audit("cohort.delete")[0].before == {"name": "shared", "queues": ["q"]}
+    assert audit("cohort.delete")[0].before == {"name": "shared"}
 
 
 # --- queues and quotas ---------------------------------------------------------------------------
