@@ -294,10 +294,11 @@ def _locate_error(text: str, error: Exception) -> ValueError:
 # prometheus_client spends most of its time scanning label blocks character by character, and an
 # exporter repeats each GPU's ~250-character block on all ~40 of its lines. The fast path walks the
 # lines as the parser does (the same family state: which family a sample belongs to, its type), cuts
-# each sample line with one regex that accepts only what the parser reads the same way, and gives
-# each distinct label block of the payload to prometheus_client's own parse_labels once. Anything the
-# regex or the comment rules do not accept goes to the parser line by line (_parse_sample) or, for
-# comments and types it does not take on, to the reference path.
+# each sample line at its braces (or, where that could differ, with one regex that accepts only what
+# the parser reads the same way), and reads each distinct label block of the payload once: by
+# splitting when it is written as exporters write it, else with prometheus_client's parse_labels.
+# Anything the cuts or the comment rules do not accept goes to the parser line by line
+# (_parse_sample) or, for comments and types it does not take on, to the reference path.
 #
 # In store mode (keep), a line of another family changes nothing once its block has a GPU (its labels
 # and workload are already merged) unless it names an Xid, so it is skipped on sight.
@@ -309,12 +310,6 @@ _TYPES = frozenset({"counter", "gauge", "untyped"})  # a family of another type 
 # "# HELP name ..." / "# TYPE name type" split as the parser splits comments (its whitespace, no quotes).
 _HELP_TYPE = re.compile(r"#[ \t\r\x0b\x0c]+(HELP|TYPE)[ \t\r\x0b\x0c]+([a-zA-Z_:][a-zA-Z0-9_:]*)"
                         r"(?:[ \t\r\x0b\x0c]+(.*))?", re.S)
-
-
-# A block of plain labels (name="value", no backslash): read by _PAIR exactly as parse_labels reads it.
-_PLAIN_BLOCK = re.compile(r'(?:\s*[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"[^"\\]*"\s*,)*'
-                          r'(?:\s*[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"[^"\\]*"\s*)?')
-_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"\\]*)"')
 
 
 class _Fallback(Exception):
@@ -337,14 +332,26 @@ def _value(rest: str) -> float:
 
 
 def _labels(block: str) -> dict[str, str]:
-    """prometheus_client's parse_labels(block), by one regex where the block is plain labels (its
-    character-by-character scan is most of the parser's time)."""
-    if "\\" not in block and _PLAIN_BLOCK.fullmatch(block):
-        pairs = _PAIR.findall(block)
-        labels = dict(pairs)
-        if len(labels) == len(pairs) and not any(name.startswith("__") for name in labels):
-            return labels
-    return _prom_parser.parse_labels(block, False)  # escapes, reserved or repeated names: the parser decides
+    """prometheus_client's parse_labels(block): its character-by-character scan is most of the
+    parser's time, so the exporters' own spelling is read by splitting (_plain_labels)."""
+    labels = _plain_labels(block)
+    # Spaces, escapes, a trailing comma, reserved or repeated names: the parser decides.
+    return _prom_parser.parse_labels(block, False) if labels is None else labels
+
+
+def _plain_labels(block: str) -> dict[str, str] | None:
+    """The labels of a block written `name="value",name="value"` (no spaces, no backslash, names
+    [a-zA-Z_][a-zA-Z0-9_]* not starting "__", each once), as parse_labels reads it; None otherwise.
+    Without a backslash every quote is a delimiter, so the block splits exactly at '",'."""
+    if "\\" in block or not block.endswith('"'):
+        return None
+    labels = {}
+    for pair in block[:-1].split('",'):
+        name, sep, value = pair.partition('="')
+        if not sep or '"' in value or not (name.isidentifier() and name.isascii()) or name.startswith("__"):
+            return None
+        labels[name] = value
+    return labels if block.count('"') == 2 * len(labels) else None  # a stray quote, or a name twice
 
 
 def _comment(line: str, family: str, counter: bool, names: set[str]) -> tuple[str, bool]:
@@ -439,6 +446,12 @@ def _parse_fast(text: str, keep: frozenset[str] | None) -> list[DcgmSample]:
         # A known name before a known block, then no "}": the regex below would cut it the same way.
         block_text = line[brace + 1:end] if 0 < brace < end else None
         block = blocks.get(block_text) if block_text is not None else None
+        if block is None and block_text is not None:
+            # A new block in the exporters' spelling: _plain_labels accepts only a block with no brace
+            # outside its quotes, so it is the one the regex below would cut.
+            labels = _plain_labels(block_text)
+            if labels is not None:
+                block = blocks[block_text] = _Block(labels)
         name = line[:brace]
         if block is not None and (name in names or _legacy(name, names)):
             if name != family:  # a sample of no current family: an untyped family of its own

@@ -279,6 +279,14 @@ MORE_CASES = {
         for i, value in enumerate(["9223372036854775794", "NaN", "+Inf", "-Inf", "1e3", "0.000000", "40 1700000000000",
                                    "2147483632", "1.40737488355331e+14", "-0", "\t12\t1700000000000"])
         for name in ("GPU_TEMP", "POWER_USAGE")),
+    # Blocks the split reader of plain labels must take exactly as parse_labels does, or leave to it.
+    "plain blocks with braces, commas and equals signs in values": (
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1",pod="a,b=c}d{"} 40\n'
+        'DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-2",pod=""} 41\n'),
+    "a trailing comma and spaces": (
+        'DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-2",} 41\n'
+        'DCGM_FI_DEV_GPU_TEMP{gpu="4", UUID="GPU-5"} 43\n'
+        'DCGM_FI_DEV_GPU_TEMP{gpu ="5",UUID="GPU-6"} 44\n'),
 }
 
 
@@ -302,6 +310,8 @@ BROKEN = [
     "garbage {{{\n",
     'DCGM_FI_DEV_GPU_TEMP{gpu="0"}UUID="x"} 5\n',  # a "}" ends the block early
     'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1\\"} 1\n',  # an escaped quote leaves the value open
+    'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1",gpu="3"} 40\n',  # a label twice
+    'DCGM_FI_DEV_GPU_TEMP{gpu="2",UUID="GPU-3",__x="y"} 42\n',  # a reserved name
 ]
 
 
