@@ -84,6 +84,7 @@ def build_fleet(nodes: int) -> None:
     pod_sets = PodSet.objects.bulk_create(
         PodSet(workload=w, name="workers", replicas=1, gpus_per_replica=8) for w in workloads
     )
+    Workload.objects.filter(pk__in=[w.pk for w in workloads]).gpus_asked_refresh()
     Allocation.objects.bulk_create(
         (Allocation(workload=workloads[i // 8], pod_set=pod_sets[i // 8], replica=0, gpu_id=gid)
          for i, gid in enumerate(held)),

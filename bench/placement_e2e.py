@@ -127,6 +127,7 @@ def _load(snapshot: Snapshot, epoch: datetime) -> None:
         for w, rw in zip(running, snapshot.running, strict=True)
     ]
     PodSet.objects.bulk_create(pod_sets + run_sets, batch_size=5000)
+    Workload.objects.all().gpus_asked_refresh()  # the fleet's only workloads, as a submission stores them
     allocations = [
         Allocation(workload=w, pod_set=ps, replica=0, gpu_id=gpu_id[(p.node, a.index)], node=node_by_name[p.node])
         for w, ps, rw in zip(running, run_sets, snapshot.running, strict=True)

@@ -24,7 +24,6 @@ from .choices import WAITING_STATES, WorkloadState
 from .engine.placement import Kind, need_of
 from .engine.types import PodSetSpec
 from .models import PodSet, Preemption, PriorityClass, Workload, WorkloadTransition
-from .usage import pod_set_gpus
 
 WINDOW = timedelta(hours=24)
 # (smallest, largest GPUs asked, label): a single GPU, one node's worth, a rack's, more.
@@ -107,11 +106,7 @@ def _size_label(gpus: int) -> str:
 
 
 def _gpus_asked(workload_ids) -> dict[int, int]:
-    asked: dict[int, int] = defaultdict(int)
-    for wid, replicas, per, milli, mig in PodSet.objects.filter(workload_id__in=list(workload_ids)).values_list(
-            "workload_id", "replicas", "gpus_per_replica", "milli_gpu", "mig_profile"):
-        asked[wid] += pod_set_gpus(replicas=replicas, gpus_per_replica=per, milli_gpu=milli, mig_profile=mig)
-    return asked
+    return dict(Workload.objects.filter(pk__in=list(workload_ids)).values_list("pk", "gpus_asked"))
 
 
 def wait_by_size(recent: Sequence[Admission]) -> list[WaitBySize]:

@@ -81,7 +81,7 @@ def checkpoint_advice(workload: Workload, *, now: datetime, gpus: int | None = N
     """Young's interval sqrt(2 · C · MTBF_job) for the workload, with its inputs. The job's MTBF
     is the workload's own when its owner gave one, else the fleet's per-GPU MTBF over its GPUs."""
     if gpus is None:
-        gpus = workload.total_gpus
+        gpus = workload.gpus_asked
     mtbf_gpu_h, source = mtbf_per_gpu_hours(now)
     write_s = float(workload.checkpoint_write_seconds)
     advice = {

@@ -15,11 +15,11 @@ class WorkloadTable(tables.Table):
     priority = tables.Column(accessor="priority_class__name", verbose_name="Priority",
                              order_by=("-priority_class__value", "priority_class__name"))
     state = tables.Column()
-    # Quota's count comes from the engine's reading of each pod set (a Python rule), so this
-    # column is not sortable in the database; the label says what is asked in words.
-    gpus = tables.Column(accessor="gpus_asked_label", verbose_name="GPUs", orderable=False,
+    # Sorted by the GPUs quota counts (Workload.gpus_asked, stored from the engine's rule); the
+    # label says what is asked in words, since 1 reads the same for a MIG slice and a whole GPU.
+    gpus = tables.Column(accessor="gpus_asked_label", verbose_name="GPUs", order_by=("gpus_asked", "id"),
                          attrs={"td": {"class": "gpus-asked",
-                                       "title": lambda record: f"Counts {record.total_gpus} against quota"}})
+                                       "title": lambda record: f"Counts {record.gpus_asked} against quota"}})
     submitted_at = tables.DateTimeColumn(format="Y-m-d H:i:s", verbose_name="Submitted")
     time_to_bind = tables.Column(verbose_name="Time to bind", default="—")
     requeue_count = tables.Column(verbose_name="Requeues")

@@ -8,7 +8,9 @@ numbers from here (scheduling.selectors.usage_book loads them in a fixed number 
 * GPUs asked (`pod_set_gpus`, `spec_gpus`): what a pod set is charged against quota on
   admission, exactly as the engine charges it (engine.placement.Need.quota_gpus): whole GPUs
   per replica × replicas; milli-GPU shares and MIG slices added up over the pod set's replicas
-  and rounded up.
+  and rounded up. `pod_sets_gpus` adds them up over a workload's pod sets: the number stored
+  as Workload.gpus_asked when its pod sets are written, so the workloads table sorts and
+  filters by it in the database.
   `pod_set_asked_label` says the same request in words for the pages ("2 × 1g.10gb MIG",
   "0.5 GPU (shared)", "16 GPUs (2 × 8)"): the number alone reads 1 for a 1g.10gb slice.
 * GPUs held (`held_gpus`, `held_by_queue`): a workload's allocated milli on one flavor, rounded
@@ -31,7 +33,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from .engine.placement import Kind, need_of
 from .engine.types import WHOLE, PodSetSpec
@@ -81,6 +83,21 @@ def pod_set_gpus(*, replicas: int, gpus_per_replica: int, milli_gpu: int | None 
     """GPUs a stored pod set asks for (its columns), as quota counts them on admission."""
     return spec_gpus(PodSetSpec(name="", replicas=replicas, gpus_per_replica=gpus_per_replica, milli=milli_gpu,
                                 mig_profile=mig_profile or None))
+
+
+class StoredPodSet(Protocol):
+    """The columns of a pod set that say what it asks for (a PodSet row or a submission's draft)."""
+
+    replicas: int
+    gpus_per_replica: int
+    milli_gpu: int | None
+    mig_profile: str
+
+
+def pod_sets_gpus(pod_sets: Iterable[StoredPodSet]) -> int:
+    """GPUs a workload asks for: its pod sets' `pod_set_gpus` added up."""
+    return sum(pod_set_gpus(replicas=ps.replicas, gpus_per_replica=ps.gpus_per_replica, milli_gpu=ps.milli_gpu,
+                            mig_profile=ps.mig_profile) for ps in pod_sets)
 
 
 def pod_set_asked_label(*, replicas: int, gpus_per_replica: int, milli_gpu: int | None = None,

@@ -67,6 +67,7 @@ class WorkloadListSerializer(serializers.ModelSerializer):
             "team",
             "queue",
             "priority_class",
+            "gpus_asked",
             "state",
             "pending_reason",
             "pending_message",

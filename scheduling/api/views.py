@@ -19,7 +19,7 @@ from core.permissions import IsOperator
 from core.roles import may_act_for_team
 from fleet.models import Node
 from scheduling import limits
-from scheduling.filtersets import WorkloadFilter
+from scheduling.filtersets import WorkloadApiFilter
 from scheduling.models import PodSet, Workload
 from scheduling.selectors import queue_positions
 from scheduling.services import node_drain, workload_cancel, workload_heartbeat
@@ -70,7 +70,7 @@ def call_service(fn, **kwargs):
 class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Submit, inspect and cancel workloads. Team members act for their own teams only."""
 
-    filterset_class = WorkloadFilter
+    filterset_class = WorkloadApiFilter
     parser_classes = [StrictJSONParser]  # the schema's one request type: a form has no nested pod sets
 
     def get_queryset(self):

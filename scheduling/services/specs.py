@@ -15,6 +15,7 @@ from fleet.models import Gpu, GpuFlavor, Node
 from scheduling import limits
 from scheduling.choices import SharingRequest, TopologyLevel, TopologyMode, WorkloadState
 from scheduling.models import PodSet, PriorityClass, Queue, Team, Workload
+from scheduling.usage import pod_sets_gpus
 
 TOP_LEVEL_KEYS = {
     "name",
@@ -104,6 +105,7 @@ class WorkloadDraft:
             mtbf_hours=self.mtbf_hours,
             submitted_by=submitted_by,
             queued_at=now,
+            gpus_asked=pod_sets_gpus(self.pod_sets),
         )
 
     def pod_set_rows(self, workload: Workload) -> list[PodSet]:

@@ -29,6 +29,14 @@ def test_a_viewer_reads_the_tables_and_is_refused_the_submit_form(demo_fleet, br
     page.goto(f"{live_server.url}/scheduling/workloads/")
     expect(page.locator("#workloads tbody tr")).to_have_count(12)
     expect(page.get_by_role("link", name="Submit a workload")).to_have_count(0)
+    by_size = page.locator("#workloads thead").get_by_role("link", name="GPUs", exact=True)
+    by_size.click()  # smallest first: two 1g.10gb slices count as one GPU
+    expect(page.locator("#workloads tbody tr").first).to_contain_text("tokenizer-bench")
+    by_size.click()
+    expect(page.locator("#workloads tbody tr").first).to_contain_text("pretrain-64")
+    page.fill("#id_size_min", "16")
+    page.click("#table-filters button[type=submit]")
+    expect(page.locator("#workloads tbody tr")).to_have_count(3)  # pretrain-64, train-A, train-B
     response = page.goto(f"{live_server.url}/scheduling/workloads/new/")
     assert response.status == 403
     page.screenshot(path=str(artifacts_dir / "viewer-submit-refused.png"), full_page=True)

@@ -98,7 +98,7 @@ def _assert_consistent() -> None:
     assert not twice.exists()
     for w in Workload.objects.filter(state__in=ACTIVE_STATES).prefetch_related("pod_sets"):
         held = Allocation.objects.filter(workload=w, released_at__isnull=True).count()
-        assert held == w.total_gpus, f"{w} holds {held} of {w.total_gpus} GPUs"
+        assert held == w.gpus_asked, f"{w} holds {held} of {w.gpus_asked} GPUs"
     assert not Allocation.objects.filter(released_at__isnull=True).exclude(workload__state__in=ACTIVE_STATES).exists()
 
 

@@ -55,4 +55,4 @@ def test_a_waiting_workload_asks_for_what_its_queue_shows_as_pending_demand(clie
     [team_waiting] = [w for w in client.get(f"/scheduling/teams/{team.pk}/").context["workloads"] if w.position]
     demand = {row["queue"]: row["pending_demand"] for row in page["usage"]}["alpha-q"]
     # Three halves of a GPU are charged as two GPUs, on every page that counts them.
-    assert halves.total_gpus == team_waiting.total_gpus == demand == 2
+    assert halves.gpus_asked == team_waiting.gpus_asked == demand == 2
