@@ -3,6 +3,8 @@ fleet.services.flavors validate and write, as for the API, and their errors land
 fields (a quota's on its flavor's row)."""
 from __future__ import annotations
 
+import json
+
 from django import forms
 from django.core.exceptions import ValidationError
 
@@ -60,14 +62,15 @@ class PriorityClassForm(forms.ModelForm):
 
 class QueueForm(forms.Form):
     """The queue and one row of quota fields per flavor of the fleet; an empty nominal means the
-    queue has no quota of that flavor. `confirm` comes from the warning's "Save anyway" button,
-    shown once the service asked for it."""
+    queue has no quota of that flavor. `confirm_overcommit` is the value of the warning's "Save
+    anyway" button, shown once the service asked for it: the numbers the warning showed (JSON, as
+    the API's over_capacity), so the save holds only while they do."""
 
     name = forms.CharField(max_length=64)
     team = forms.ModelChoiceField(queryset=Team.objects.all(), to_field_name="name")
     cohort = forms.ModelChoiceField(queryset=Cohort.objects.all(), to_field_name="name", required=False,
                                     empty_label="(none: no borrowing or lending)")
-    confirm = forms.BooleanField(required=False)
+    confirm_overcommit = forms.CharField(required=False, max_length=limits.MAX_COMMENT_LENGTH)
 
     def __init__(self, *args, queue: Queue | None = None, **kwargs):
         initial = kwargs.pop("initial", {}) or {}
@@ -107,6 +110,18 @@ class QueueForm(forms.Form):
                 self.add_error(f"nominal_{flavor.pk}", "Enter the nominal quota, or clear this flavor's limits.")
         return data
 
+    def clean_confirm_overcommit(self) -> list[policy.CohortExcess]:
+        raw = self.cleaned_data["confirm_overcommit"]
+        if not raw:
+            return []
+        try:
+            rows = json.loads(raw)
+            if not isinstance(rows, list):
+                raise ValueError("a list of excesses")
+            return policy.excesses_from_rows(rows)
+        except ValueError as exc:
+            raise ValidationError(f"Not the numbers of a warning: {exc}") from exc
+
     def quotas(self) -> list[policy.QuotaSpec]:
         data = self.cleaned_data
         return [
@@ -118,7 +133,7 @@ class QueueForm(forms.Form):
     def service_kwargs(self) -> dict:
         data = self.cleaned_data
         return {"name": data["name"], "team": data["team"], "cohort": data["cohort"], "quotas": self.quotas(),
-                "confirm": data["confirm"], **{n: data[n] for n in policy.queue_extra_fields()}}
+                "confirm_overcommit": data["confirm_overcommit"], **{n: data[n] for n in policy.queue_extra_fields()}}
 
     def add_service_errors(self, exc: ValidationError) -> None:
         """A quota's errors (`quotas[i].field`) go to that flavor's row of the form."""

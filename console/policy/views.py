@@ -3,6 +3,7 @@ classes, flavors. Everyone signed in reads the lists; only operators get the for
 POSTs go to the same services as the API (scheduling.services.policy, fleet.services.flavors)."""
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from django.contrib import messages
@@ -215,14 +216,15 @@ def _queue_form(request: HttpRequest, *, queue: Queue | None) -> HttpResponse:
             else:
                 policy.queue_update(actor=actor, queue=queue, **kwargs)
         except policy.OverCapacity as exc:
-            excesses = exc.excesses  # shown with the numbers and a "Save anyway" button (confirm=on)
+            excesses = exc.excesses  # shown with the numbers; "Save anyway" sends them back
         except ValidationError as exc:
             form.add_service_errors(exc)
         else:
             messages.success(request, "Queue saved.")
             return redirect("console:policy-queues")
     return _form_page(request, form=form, title=title, back="console:policy-queues", status=409 if excesses else 400,
-                      template="console/policy/queue_form.html", excesses=excesses)
+                      template="console/policy/queue_form.html", excesses=excesses,
+                      overcommit=json.dumps(policy.excess_rows(excesses)))
 
 
 def queue_new(request: HttpRequest) -> HttpResponse:

@@ -3,7 +3,8 @@
 Everyone signed in reads (a team member only their own teams and queues); operators write, through
 scheduling.services.policy, the services the policy pages call. Input serializers state what a
 schema can; the services decide the rest. A taken name and a change that would leave a cohort's
-nominal quotas above the fleet's capacity (without `confirm: true`) are 409s, and so is a delete
+nominal quotas above the fleet's capacity (unless `confirm_overcommit` sends back the numbers the
+409 answered, and they still hold) are 409s, and so is a delete
 of something still in use (naming what uses it); other refusals 400s naming the field."""
 from __future__ import annotations
 
@@ -48,9 +49,11 @@ class Conflict(APIException):
 CONFLICT = OpenApiResponse(
     OpenApiTypes.OBJECT,
     description='The name is taken ({"name": [...]}), or the change would leave a cohort\'s nominal quotas of a '
-    'flavor above the fleet\'s GPUs of it: {"confirm": ["Cohort c\'s nominal quotas of H100 would add up to 40 '
-    'GPUs (now 32), above the 32 H100 GPUs in the fleet. ..."], "over_capacity": [{"cohort", "flavor", '
-    '"nominal_before", "nominal_after", "capacity"}]}; send confirm: true to save it anyway (audited).',
+    'flavor above the fleet\'s GPUs of it: {"confirm_overcommit": ["Cohort c\'s nominal quotas of H100 would add '
+    'up to 40 GPUs (now 32), above the 32 H100 GPUs in the fleet. ..."], "over_capacity": [{"cohort", "flavor", '
+    '"nominal_before", "nominal_after", "capacity"}]}; send the over_capacity list back as confirm_overcommit to '
+    'save it anyway (audited). If the numbers changed meanwhile (capacity shrank, another change landed), the '
+    'answer is this 409 again, with the new numbers.',
 )
 
 
@@ -75,12 +78,8 @@ def call_policy(fn, **kwargs):
     except policy.OverCapacity as exc:
         conflict = Conflict()
         conflict.detail = {  # set after __init__, which would turn the numbers into strings
-            "confirm": exc.message_dict["confirm"],
-            "over_capacity": [
-                {"cohort": e.cohort, "flavor": e.flavor, "nominal_before": e.nominal_before,
-                 "nominal_after": e.nominal_after, "capacity": e.capacity}
-                for e in exc.excesses
-            ],
+            "confirm_overcommit": exc.message_dict["confirm_overcommit"],
+            "over_capacity": policy.excess_rows(exc.excesses),
         }
         raise conflict from exc
     except DjangoValidationError as exc:
@@ -358,6 +357,16 @@ class QuotaInputSerializer(serializers.Serializer):
         help_text="Most idle nominal GPUs the cohort may borrow, at most nominal; null = all")
 
 
+class ExcessSerializer(serializers.Serializer):
+    """One excess a 409 warned about, sent back to confirm it."""
+
+    cohort = StrictCharField(max_length=NAME_LENGTH)
+    flavor = StrictCharField(max_length=NAME_LENGTH)
+    nominal_before = serializers.IntegerField(min_value=0)
+    nominal_after = serializers.IntegerField(min_value=0)
+    capacity = serializers.IntegerField(min_value=0)
+
+
 class QueueInputSerializer(serializers.ModelSerializer):
     """Extra policy fields (the reclaim policy) come from the model, with its choices."""
 
@@ -371,12 +380,13 @@ class QueueInputSerializer(serializers.ModelSerializer):
     quotas = QuotaInputSerializer(many=True, required=False, max_length=64,
                                   help_text="Every quota of the queue, one per flavor; on PATCH they replace the "
                                   "queue's quotas (leave out to keep them)")
-    confirm = StrictBooleanField(required=False, default=False, help_text=(
-        "Save even though the cohort's nominal quotas of a flavor would exceed the fleet's GPUs of it"))
+    confirm_overcommit = ExcessSerializer(many=True, required=False, max_length=64, help_text=(
+        "Save even though the cohort's nominal quotas of a flavor would exceed the fleet's GPUs of it: the "
+        "over_capacity list of the 409 that warned, as it was; numbers that no longer hold are refused again"))
 
     class Meta:
         model = Queue
-        fields = ["name", "team", "cohort", *QUEUE_EXTRA, "quotas", "confirm"]
+        fields = ["name", "team", "cohort", *QUEUE_EXTRA, "quotas", "confirm_overcommit"]
 
 
 class QueueFilter(filters.FilterSet):
@@ -433,6 +443,11 @@ class QueueViewSet(PolicyViewSet):
         quotas = _quota_specs(body.pop("quotas", None))
         if quotas is not None or self.action == "create":
             body["quotas"] = quotas or []
+        try:  # on a PATCH the rows' fields are not required by the schema, so the service checks them
+            body["confirm_overcommit"] = policy.excesses_from_rows([dict(r) for r in body.pop("confirm_overcommit",
+                                                                                              [])])
+        except ValueError as exc:
+            raise ValidationError({"confirm_overcommit": [str(exc)]}) from exc
         return call_policy(fn, actor=Actor.from_request(self.request), **kwargs, **body)
 
     def create(self, request, *args, **kwargs):

@@ -5,7 +5,9 @@ scheduling.services.policy_delete.
 
 Errors are Django ValidationErrors keyed by field (a quota's fields as `quotas[<i>].<field>`);
 code "unique" marks a name that is taken (the API's 409), code "over_capacity" a change that
-needs `confirm` (also a 409: the fleet's state, not the input, is what is wrong).
+needs `confirm_overcommit` (also a 409: the fleet's state, not the input, is what is wrong). The
+confirmation carries the numbers the warning showed and holds only for them: if the capacity
+shrank or another change landed in between, the save is refused again with the new numbers.
 
 Lock order, the same as scheduling.quota_requests.services: GpuFlavor rows (by pk), then the
 QueueQuota rows, so a quota edit and a quota-request approval of the same flavor serialise and
@@ -177,11 +179,44 @@ class CohortExcess:
 
 
 class OverCapacity(ValidationError):
-    """A change refused until confirmed; `excesses` carries the numbers for the form's warning."""
+    """A change refused until confirmed; `excesses` carries the numbers for the form's warning,
+    and the confirmation that saves it anyway (`confirm_overcommit`) must carry the same."""
 
     def __init__(self, excesses: list[CohortExcess]) -> None:
         self.excesses = excesses
-        super().__init__({"confirm": [ValidationError(e.message, code=OVER_CAPACITY) for e in excesses]})
+        super().__init__({"confirm_overcommit": [ValidationError(e.message, code=OVER_CAPACITY)
+                                                 for e in excesses]})
+
+
+EXCESS_FIELDS = ("cohort", "flavor", "nominal_before", "nominal_after", "capacity")
+
+
+def excess_rows(excesses: Sequence[CohortExcess]) -> list[dict[str, Any]]:
+    """The warned numbers as the API answers them and a confirmation sends them back."""
+    return [{name: getattr(e, name) for name in EXCESS_FIELDS} for e in excesses]
+
+
+def excesses_from_rows(rows: Sequence[dict[str, Any]]) -> list[CohortExcess]:
+    """The inverse of excess_rows; a row that is not one is a ValueError."""
+    out = []
+    for row in rows:
+        if not isinstance(row, dict) or set(row) != set(EXCESS_FIELDS):
+            raise ValueError(f"Each confirmed excess has exactly {', '.join(EXCESS_FIELDS)}.")
+        if not all(isinstance(row[k], str) for k in EXCESS_FIELDS[:2]) or not all(
+                type(row[k]) is int for k in EXCESS_FIELDS[2:]):
+            raise ValueError("cohort and flavor are names, the nominal sums and the capacity whole numbers.")
+        out.append(CohortExcess(**row))
+    return out
+
+
+def _refuse_unconfirmed(excesses: list[CohortExcess], confirmed: Sequence[CohortExcess]) -> None:
+    """Saved past the warning only when the confirmation holds exactly today's numbers."""
+    if excesses and sorted(excesses, key=_order) != sorted(confirmed, key=_order):
+        raise OverCapacity(excesses)
+
+
+def _order(e: CohortExcess) -> tuple:
+    return tuple(getattr(e, name) for name in EXCESS_FIELDS)
 
 
 QUEUE_FIELDS = ("name", "team", "cohort")
@@ -264,8 +299,10 @@ def _write_quotas(queue: Queue, quotas: Sequence[QuotaSpec]) -> None:
 
 
 def queue_create(*, actor: Actor, name: str, team: Team, cohort: Cohort | None = None,
-                 quotas: Sequence[QuotaSpec] = (), confirm: bool = False, **extra: Any) -> Queue:
-    """`extra`: the queue's other policy fields (e.g. its reclaim policy), as the model has them."""
+                 quotas: Sequence[QuotaSpec] = (), confirm_overcommit: Sequence[CohortExcess] = (),
+                 **extra: Any) -> Queue:
+    """`extra`: the queue's other policy fields (e.g. its reclaim policy), as the model has them;
+    `confirm_overcommit`: the excesses a warning showed, to save it anyway."""
     require_operator(actor)
     _check_quotas(quotas)
     queue = Queue(name=name.strip(), team=team, cohort=cohort)
@@ -273,8 +310,7 @@ def queue_create(*, actor: Actor, name: str, team: Team, cohort: Cohort | None =
     with transaction.atomic():
         flavors = _lock_flavors({q.flavor.pk for q in quotas})
         excesses = _excesses(None, cohort, quotas, flavors)
-        if excesses and not confirm:
-            raise OverCapacity(excesses)
+        _refuse_unconfirmed(excesses, confirm_overcommit)
         _save(queue)
         _write_quotas(queue, quotas)
         after = _fields(queue, QUEUE_FIELDS + tuple(extra)) | {"quotas": _quota_picture(queue)}
@@ -283,7 +319,7 @@ def queue_create(*, actor: Actor, name: str, team: Team, cohort: Cohort | None =
 
 
 def queue_update(*, actor: Actor, queue: Queue, quotas: Sequence[QuotaSpec] | None = None,
-                 confirm: bool = False, **changes: Any) -> Queue:
+                 confirm_overcommit: Sequence[CohortExcess] = (), **changes: Any) -> Queue:
     """Change the queue's fields in `changes`; `quotas`, when given, replace all its quotas."""
     require_operator(actor)
     if quotas is not None:
@@ -298,8 +334,7 @@ def queue_update(*, actor: Actor, queue: Queue, quotas: Sequence[QuotaSpec] | No
         quotas_before = _quota_picture(queue)
         before = _apply(queue, changes, QUEUE_FIELDS + queue_extra_fields())
         excesses = _excesses(Queue.objects.get(pk=queue.pk), queue.cohort, wanted, flavors)
-        if excesses and not confirm:
-            raise OverCapacity(excesses)
+        _refuse_unconfirmed(excesses, confirm_overcommit)
         _save(queue)
         if quotas is not None:
             _write_quotas(queue, quotas)

@@ -3,6 +3,7 @@ same services as the API (audited), everyone else reads the lists and is refused
 from __future__ import annotations
 
 import pytest
+from django.utils.html import escape
 
 from core.models import AuditEvent
 from fleet.models import GpuFlavor
@@ -88,11 +89,32 @@ def test_the_queue_form_warns_with_the_numbers_and_saves_when_confirmed(client, 
     text = warned.content.decode()
     assert "would add up to <b>80</b> GPUs (now 40), above the <b>64</b>" in text
     assert not Queue.objects.filter(name="research-q").exists()
-    saved = client.post("/policy/queues/new/", {**form, "confirm": "on"})
+    shown = warned.context["overcommit"]
+    assert f'value="{escape(shown)}" id="confirm">Save anyway' in text
+    saved = client.post("/policy/queues/new/", {**form, "confirm_overcommit": shown})
     assert saved.status_code == 302
     assert QueueQuota.objects.get(queue__name="research-q").nominal == 40
     cohorts = client.get("/policy/cohorts/").content.decode()
     assert f"{FLAVOR}: 80 / 64 <b>over capacity</b>" in cohorts
+
+
+def test_save_anyway_is_asked_again_when_the_numbers_changed_meanwhile(client, operator, team, cluster, cohort):
+    other = Queue.objects.create(name="product-q", team=Team.objects.create(name="product"), cohort=cohort)
+    QueueQuota.objects.create(queue=other, flavor=cluster, nominal=40)
+    client.force_login(operator)
+    form = {"name": "research-q", "team": "research", "cohort": "gpu-fleet", "reclaim_within_cohort": "Any",
+            f"nominal_{cluster.pk}": "40"}
+    shown = client.post("/policy/queues/new/", form).context["overcommit"]
+    QueueQuota.objects.filter(queue=other).update(nominal=44)  # another change lands first
+    again = client.post("/policy/queues/new/", {**form, "confirm_overcommit": shown})
+    assert again.status_code == 409
+    assert "would add up to <b>84</b> GPUs (now 44), above the <b>64</b>" in again.content.decode()
+    assert not Queue.objects.filter(name="research-q").exists()
+    forged = client.post("/policy/queues/new/", {**form, "confirm_overcommit": "yes"})
+    assert forged.status_code == 400 and "Not the numbers of a warning" in forged.content.decode()
+    assert client.post("/policy/queues/new/", {**form, "confirm_overcommit": again.context["overcommit"]}
+                       ).status_code == 302
+    assert QueueQuota.objects.get(queue__name="research-q").nominal == 40
 
 
 def test_an_operator_edits_a_priority_class_and_a_flavor(client, operator, classes, cluster):

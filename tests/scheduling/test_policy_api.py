@@ -10,6 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from core.models import AuditEvent
+from fleet.models import Node
 from scheduling.models import Cohort, Preemption, PriorityClass, Queue, QueueQuota, Team, TeamMembership, Workload
 from tests.cluster import FLAVOR, api_for
 
@@ -158,10 +159,14 @@ def test_a_cohort_nominal_above_the_fleet_needs_confirm(operator, team, cluster,
     assert refused.status_code == 409, refused.content
     assert refused.json()["over_capacity"] == [{"cohort": "gpu-fleet", "flavor": FLAVOR, "nominal_before": 40,
                                                 "nominal_after": 80, "capacity": 64}]
-    assert "80 GPUs" in refused.json()["confirm"][0] and "64" in refused.json()["confirm"][0]
+    assert "80 GPUs" in refused.json()["confirm_overcommit"][0] and "64" in refused.json()["confirm_overcommit"][0]
+    assert not Queue.objects.filter(name="product-q").exists()
+    # A blanket yes is not a confirmation of these numbers.
+    assert client.post("/api/v1/queues/", {**body, "confirm": True}, format="json").status_code == 409
     assert not Queue.objects.filter(name="product-q").exists()
 
-    confirmed = client.post("/api/v1/queues/", {**body, "confirm": True}, format="json")
+    confirmed = client.post("/api/v1/queues/", {**body, "confirm_overcommit": refused.json()["over_capacity"]},
+                            format="json")
     assert confirmed.status_code == 201, confirmed.content
     assert "Confirmed" in audit("queue.create")[0].reason
     # Lowering an excessive sum needs no confirmation; raising it again does.
@@ -173,6 +178,41 @@ def test_a_cohort_nominal_above_the_fleet_needs_confirm(operator, team, cluster,
     alone = Queue.objects.create(name="solo-q", team=product)
     QueueQuota.objects.create(queue=alone, flavor=cluster, nominal=10)
     assert client.patch("/api/v1/queues/solo-q/", {"cohort": "gpu-fleet"}, format="json").status_code == 409
+
+
+def test_a_confirmation_holds_only_for_the_numbers_it_was_shown(operator, team, cluster, cohort):
+    """Warned at 80 of 64; before the confirm lands another queue of the cohort grows by 8 and a
+    node leaves the fleet: the old numbers no longer hold, so it is refused again with the new."""
+    client = api_for(operator)
+    first = Queue.objects.create(name="research-q", team=team, cohort=cohort)
+    QueueQuota.objects.create(queue=first, flavor=cluster, nominal=40)
+    body = {"name": "product-q", "team": "research", "cohort": cohort.name, "quotas": [{"flavor": FLAVOR,
+                                                                                         "nominal": 40}]}
+    warned = client.post("/api/v1/queues/", body, format="json").json()["over_capacity"]
+    assert warned == [{"cohort": "gpu-fleet", "flavor": FLAVOR, "nominal_before": 40, "nominal_after": 80,
+                       "capacity": 64}]
+
+    QueueQuota.objects.filter(queue=first).update(nominal=48)
+    Node.objects.filter(name=Node.objects.order_by("name").values_list("name", flat=True).last()).delete()
+    again = client.post("/api/v1/queues/", {**body, "confirm_overcommit": warned}, format="json")
+    assert again.status_code == 409, again.content
+    now = again.json()["over_capacity"]
+    assert now == [{"cohort": "gpu-fleet", "flavor": FLAVOR, "nominal_before": 48, "nominal_after": 88,
+                    "capacity": 56}]
+    assert "88 GPUs" in again.json()["confirm_overcommit"][0]
+    assert not Queue.objects.filter(name="product-q").exists()
+
+    saved = client.post("/api/v1/queues/", {**body, "confirm_overcommit": now}, format="json")
+    assert saved.status_code == 201, saved.content
+    assert "would add up to 88 GPUs (now 48), above the 56" in audit("queue.create")[0].reason
+
+    # The same on a PATCH, and a confirmation that is not one is a 400 naming the field.
+    raise_it = {"quotas": [{"flavor": FLAVOR, "nominal": 50}]}
+    assert client.patch("/api/v1/queues/product-q/", {**raise_it, "confirm_overcommit": now},
+                        format="json").status_code == 409
+    bad = client.patch("/api/v1/queues/product-q/", {**raise_it, "confirm_overcommit": [{"cohort": "gpu-fleet"}]},
+                       format="json")
+    assert bad.status_code == 400 and "confirm_overcommit" in bad.json()
 
 
 @pytest.mark.parametrize(("quota", "field"), [
