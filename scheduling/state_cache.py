@@ -32,8 +32,11 @@ from django.conf import settings
 from django.db import connection
 
 from .choices import ACTIVE_STATES
+from .engine import schedule
+from .engine.feasibility import NeverFit
+from .engine.round import never_fit_for
 from .engine.snapshot import Capacity
-from .engine.types import NodeView, RunningWorkload, Snapshot
+from .engine.types import NodeView, RoundResult, RunningWorkload, Snapshot
 from .models import Allocation, StateChange, Workload
 from .snapshot import (
     ACTIVE_COLUMNS,
@@ -69,6 +72,12 @@ class StateCache:
     running: dict[int, RunningWorkload] = field(default_factory=dict)
     usage: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))  # (queue, flavor)
     capacity: Capacity | None = None
+    # Bumped by every reload and every delta that named a node or workload: equal generations,
+    # equal nodes and running workloads.
+    generation: int = 0
+    geometry: dict[int, tuple] = field(default_factory=dict)  # node pk -> _geometry(view)
+    never_fit: NeverFit | None = None  # kept while no node's geometry changes
+    decided: Decided | None = None  # the last round's decisions, while they hold (round_decide)
     seen: int = 0  # highest journal id applied
     seen_stamp: int | None = None
     holes: dict[int, float] = field(default_factory=dict)  # journal id -> when first missed
@@ -91,6 +100,10 @@ class StateCache:
         for rw in _load_running(held, self.flavor_of_node, self.node_name, self.gpu_index, active):
             self._add(rw)
         self.capacity = Capacity(nodes)
+        self.generation += 1
+        geometry = {pk: _geometry(v) for pk, v in self.views.items()}
+        if geometry != self.geometry or why == "periodic":  # periodically: forget the shapes seen
+            self.geometry, self.never_fit = geometry, None
         self.seen, self.seen_stamp = head[0] if head else (0, None)
         # Ids below the head not committed yet (a transaction still open) are holes to re-read.
         recent = {i for (i,) in _raw_rows(StateChange.objects.filter(id__gt=self.seen - 1000).values_list("id"))}
@@ -159,6 +172,8 @@ class StateCache:
             return self.reload("a node added, removed or reshaped")
         if workloads:
             self._refresh_workloads(sorted(workloads))
+        if nodes or workloads:
+            self.generation += 1
         self.last = {"kind": "delta", "nodes": len(nodes), "workloads": len(workloads), "changes": applied}
         self.syncs += 1
         if self.syncs % PRUNE_EVERY == 0:
@@ -185,6 +200,9 @@ class StateCache:
             if old is None or new is None or old.name != new.name or not self.capacity.replace(new):
                 return False
             self.views[pk] = new
+            shape = _geometry(new)
+            if self.geometry.get(pk) != shape:
+                self.geometry[pk], self.never_fit = shape, None
             for g in old.gpus:  # a GPU may have been replaced (a new row at the same index)
                 self.gpu_index.pop(self.index.gpu_ids.pop((old.name, g.index), 0), None)
             self.index.node_executor[new.name] = index.node_executor[new.name]
@@ -225,6 +243,60 @@ class StateCache:
             typical_mix=typical_mix_cached(now=now),
         )
         return snapshot, index
+
+
+def _geometry(view: NodeView) -> tuple:
+    """What engine.feasibility.ideal_fleet keeps of a node (everything but its state and what
+    is in use): while no node's changes, the never-fit answers stay true."""
+    gpus = tuple((g.index, g.nvlink_group, g.numa_node, g.healthy, g.shareable, tuple(sorted(g.mig_free)))
+                 for g in view.gpus)
+    return (view.name, view.rack, view.spine, view.flavor, view.product, view.cpu_total_millicores,
+            view.memory_total_mib, view.nvlink_domain, gpus)
+
+
+@dataclass
+class Decided:
+    """A round's decisions and what they were decided from (round_decide)."""
+
+    inputs: tuple
+    now: float
+    result: RoundResult
+
+
+def _inputs(cache: StateCache, snapshot: Snapshot) -> tuple:
+    """Everything a round's decisions depend on besides the clock: the cached fleet and running
+    work (by generation), and what the round read itself: the considered waiting workloads,
+    the reservations they carry, the queues with their quotas and usage, the typical mix. (Not
+    the reasons stored on the waiting rows: the commit writes those that differ from its
+    decisions, so a round that reuses them still writes what its predecessor could not.)"""
+    return (cache.generation, snapshot.pending, snapshot.reservations, snapshot.queues, snapshot.typical_mix)
+
+
+def round_decide(snapshot: Snapshot, capacity: Capacity | None) -> RoundResult:
+    """Phase 2 inside round_state: the engine's decisions on the snapshot it gave.
+
+    A round at rest (it admitted and preempted nothing, so its commit changed nothing the next
+    one reads) is remembered with its inputs. The next round whose inputs are equal, before the
+    moment from which the clock alone could change a decision (RoundResult.stable_until: a
+    minimum runtime or cooldown ending, a time limit passing, a backfill start), gets the same
+    decisions without deciding again: a busy scheduler's rounds are mostly such rounds, and
+    re-deciding every blocked queue head (reservations, never-fit) cost half a second at 5,000
+    nodes. Without the cache's capacity (no STATE_CACHE, a caller's transaction) it decides."""
+    if capacity is None:
+        return schedule(snapshot)
+    cache = state_cache()
+    inputs = _inputs(cache, snapshot)
+    kept = cache.decided
+    if kept is not None and kept.now <= snapshot.now and kept.inputs == inputs:
+        until = kept.result.stable_until
+        if until is None or snapshot.now < until:
+            return kept.result
+    if cache.never_fit is None:
+        cache.never_fit = never_fit_for(list(cache.views.values()))
+    result = schedule(snapshot, capacity=capacity, never_fit=cache.never_fit)
+    at_rest = not result.admitted and not result.preemptions
+    cache.decided = Decided(inputs, snapshot.now, result) if at_rest else None
+    return result
 
 
 def _chunks(ids: list[int]) -> Iterator[list[int]]:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .config import SchedulerConfig
+from .horizon import Horizon
 from .placement import Need, Placed
 from .reasons import Miss, clock
 from .snapshot import Capacity, Change
@@ -37,10 +38,11 @@ class Reservations:
     """The round's holds, on its live capacity `cap`; `attempt` places with the round's quota."""
 
     def __init__(self, *, cap: Capacity, running: Sequence[RunningWorkload], now: float,
-                 config: SchedulerConfig, attempt: Attempt) -> None:
+                 config: SchedulerConfig, attempt: Attempt, horizon: Horizon | None = None) -> None:
         self.cap = cap
         self.running = running
         self.now = now
+        self.horizon = horizon or Horizon(now)
         self.config = config
         self.attempt = attempt
         self.holds: dict[int, Hold] = {}
@@ -106,6 +108,9 @@ class Reservations:
         assert wl.time_limit_s is not None
         ends = self.now + wl.time_limit_s
         usable = [h for h in self.holds.values() if h.start is not None and ends <= h.start]
+        for h in usable:  # later, the job would no longer end before the reserved start
+            assert h.start is not None
+            self.horizon.at(h.start - wl.time_limit_s)
         if not usable:
             return miss
         # Capacity only shrinks between hold changes, so a failed shape stays failed until then.
@@ -185,6 +190,7 @@ class Reservations:
                 cap.undo(got.changes, taken=True)
                 found = (max(self.now, rw.expected_end or 0.0), tuple(got.placements),
                          [e.id for e in events[: i + 1]], rw.name)
+                self.horizon.at(rw.expected_end or 0.0)
                 break
             if self._budget <= 0:
                 break

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from .backfill import Attempt, Hold, Reservations
 from .config import SchedulerConfig
+from .horizon import Horizon
 from .placement import Need, Placed, flavor_demand
 from .quota import QuotaBook
 from .reasons import Miss, clock
@@ -32,8 +33,9 @@ class Preemptor:
 
     def __init__(self, *, running: Sequence[RunningWorkload], pending: Sequence[WorkloadSpec], now: float,
                  config: SchedulerConfig, cap: Capacity, quota: QuotaBook, attempt: Attempt,
-                 reservations: Reservations) -> None:
+                 reservations: Reservations, horizon: Horizon | None = None) -> None:
         self.now = now
+        self.horizon = horizon or Horizon(now)
         self.config = config
         self.cap = cap
         self.quota = quota
@@ -71,7 +73,11 @@ class Preemptor:
         return sum(rw.flavor_gpus.values()) * max(0.0, self.now - since)
 
     def protected(self, rw: RunningWorkload) -> bool:
-        return self.protected_until(rw) > self.now
+        until = self.protected_until(rw)
+        if until > self.now:
+            self.horizon.at(until)
+            return True
+        return False
 
     def protected_until(self, rw: RunningWorkload) -> float:
         """When neither its minimum runtime nor its cooldown after a preemption protects `rw`."""
@@ -198,7 +204,9 @@ class Preemptor:
         chosen = self._pick(wl, needs, candidates) if candidates else None
         if chosen is not None or not later:
             return chosen
-        # Only protected victims would do: say whom the workload will preempt, and when.
+        # Only protected victims would do: say whom the workload will preempt, and when. Whom
+        # is chosen by the work each would lose, which grows with the clock.
+        self.horizon.at(self.now)
         eventual = self._pick(wl, needs, sorted(candidates + later, key=lambda c: c[:4]))
         if eventual is None:
             return None
@@ -249,6 +257,7 @@ class Preemptor:
         return keep
 
     def _emit(self, wl: WorkloadSpec, victims: list[tuple[RunningWorkload, PreemptionReason]]) -> None:
+        self.horizon.at(self.now)  # the lost work and the grace deadlines count from now
         for rw, kind in victims:
             self.victims.add(rw.id)
             if kind == PreemptionReason.RECLAIM_BORROWED:

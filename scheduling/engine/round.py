@@ -17,6 +17,7 @@ from functools import partial
 from .backfill import Reservations
 from .config import SchedulerConfig
 from .feasibility import NeverFit
+from .horizon import Horizon
 from .ordering import by_queue, round_order
 from .placement import Kind, Need, Placed, Where, flavor_demand, flavor_order, need_of, place_pod_set
 from .preemption import Preemptor
@@ -27,6 +28,7 @@ from .scoring import scorer_for
 from .snapshot import Capacity, Change, FlavorIndex
 from .types import (
     Admit,
+    NodeView,
     Pending,
     PendingReason,
     ReplicaPlacement,
@@ -36,7 +38,7 @@ from .types import (
     WorkloadSpec,
 )
 
-__all__ = ["Placed", "Round", "SchedulerConfig", "schedule"]
+__all__ = ["Placed", "Round", "SchedulerConfig", "never_fit_for", "schedule"]
 
 QUIET_MISS = Miss(PendingReason.INSUFFICIENT_CAPACITY, "")
 QUOTA_REASONS = frozenset({PendingReason.QUOTA_EXCEEDED, PendingReason.BORROWING_LIMIT})
@@ -45,23 +47,26 @@ QUOTA_REASONS = frozenset({PendingReason.QUOTA_EXCEEDED, PendingReason.BORROWING
 class Round:
     """State of one round; schedule() is the entry point."""
 
-    def __init__(self, snapshot: Snapshot, config: SchedulerConfig, capacity: Capacity | None = None) -> None:
+    def __init__(self, snapshot: Snapshot, config: SchedulerConfig, capacity: Capacity | None = None,
+                 never_fit: NeverFit | None = None) -> None:
         self.snap = snapshot
         self.config = config
         self.now = snapshot.now
+        self.horizon = Horizon(self.now)
         # A kept capacity (schedule(capacity=...)) stands for snapshot.nodes, already indexed.
         self.cap = capacity if capacity is not None else Capacity(snapshot.nodes)
         # Fragmentation-aware placement against the snapshot's typical mix; None: best fit.
         self.scorer = scorer_for(snapshot.typical_mix, self.cap.nodes)
         self.quota = QuotaBook(snapshot.queues)
-        self.never_fit = NeverFit(snapshot.nodes, self.now, lambda ideal: Round(ideal, config))
+        # A kept answerer (schedule(never_fit=...)) stands for one built on snapshot.nodes.
+        self.never_fit = never_fit if never_fit is not None else never_fit_for(snapshot.nodes, config)
         self.result = RoundResult()
         attempt = partial(self.place, quiet=True)
         self.reservations = Reservations(cap=self.cap, running=snapshot.running, now=self.now, config=config,
-                                         attempt=attempt)
+                                         attempt=attempt, horizon=self.horizon)
         self.preemptor = Preemptor(running=snapshot.running, pending=snapshot.pending, now=self.now, config=config,
                                    cap=self.cap, quota=self.quota, attempt=attempt,
-                                   reservations=self.reservations)
+                                   reservations=self.reservations, horizon=self.horizon)
         # GPUs still wanted by blocked non-opportunistic workloads, per flavor: opportunistic
         # jobs may only take what is left over.
         self.wanted: dict[str, int] = {}
@@ -97,6 +102,7 @@ class Round:
                     self.result.pending.append(Pending(wl.id, reason, message, position, start, eta, basis))
         self.result.preemptions.extend(self.preemptor.preemptions)
         self.result.reservations.update(self.reservations.export())
+        self.result.stable_until = self.horizon.result()
         return self.result
 
     def _eta(self, wid: int, start: float | None) -> tuple[float | None, str]:
@@ -112,8 +118,12 @@ class Round:
     def _quota_wait(self) -> dict[int, tuple[float, str]]:
         running = [Holder(rw.name, rw.queue, rw.expected_end, dict(rw.flavor_gpus)) for rw in self.snap.running
                    if rw.expected_end is not None and not rw.preempting]
+        for holder in running:  # each end counts from max(now, end)
+            self.horizon.at(holder.end)
+        if self._admitted_holders:  # ends counted from now
+            self.horizon.at(self.now)
         return quota_etas(queues=self.snap.queues, usage=self.quota.usage, holders=running + self._admitted_holders,
-                          waiters=self._quota_waiters, now=self.now)
+                          waiters=self._quota_waiters, now=self.now, budget=self.config.quota_eta_budget)
 
     def _cohort_of(self, queue: str) -> str | None:
         view = self.snap.queues.get(queue)
@@ -333,16 +343,27 @@ class Round:
         return True
 
 
+def never_fit_for(nodes: list[NodeView], config: SchedulerConfig | None = None) -> NeverFit:
+    """The never-fit answerer of a fleet: it may be kept across rounds while what
+    feasibility.ideal_fleet keeps of every node (its geometry: racks, GPUs, their health and
+    MIG profiles, host totals) stays the same."""
+    conf = config or SchedulerConfig()
+    return NeverFit(nodes, 0.0, lambda ideal: Round(ideal, conf))
+
+
 def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None, *,
-             capacity: Capacity | None = None) -> RoundResult:
+             capacity: Capacity | None = None, never_fit: NeverFit | None = None) -> RoundResult:
     """Run one scheduling round over `snapshot` (never mutated) and return the decisions.
 
     `capacity`: the free capacity of snapshot.nodes, indexed and kept between rounds by the
-    caller (scheduling.state_cache); the round works on it and leaves it as it was given."""
+    caller (scheduling.state_cache); the round works on it and leaves it as it was given.
+    `never_fit`: never_fit_for(snapshot.nodes) kept by the caller (it learns each shape's
+    answer once, on an ideal copy of the fleet that costs more to build than most rounds)."""
+    conf = config or SchedulerConfig()
     if capacity is None:
-        return Round(snapshot, config or SchedulerConfig()).run()
+        return Round(snapshot, conf, never_fit=never_fit).run()
     capacity.checkpoint()
     try:
-        return Round(snapshot, config or SchedulerConfig(), capacity).run()
+        return Round(snapshot, conf, capacity, never_fit).run()
     finally:
         capacity.rollback()

@@ -240,3 +240,6 @@ class RoundResult:
     pending: list[Pending] = field(default_factory=list)
     # Preemptor id -> the GPUs being freed for it; feed back as Snapshot.reservations next round.
     reservations: dict[int, tuple[ReplicaPlacement, ...]] = field(default_factory=dict)
+    # Before this moment the same snapshot decides the same (engine.horizon); None: time alone
+    # never changes these decisions.
+    stable_until: float | None = None

@@ -3,7 +3,9 @@
 Phases (each one's duration is logged and kept on the PlacementRound row):
 1. load: the state cache brought up to date from what changed, and the considered waiting
    workloads read (scheduling.state_cache; a full load, scheduling.snapshot, on start or a gap);
-2. compute: scheduling.engine.schedule(snapshot), no database access;
+2. compute: scheduling.engine.schedule(snapshot), no database access; a round whose inputs
+   and clock-bound moments are as the last round at rest saw them keeps its decisions
+   (state_cache.round_decide);
 3. commit: ONE transaction (none when the round has nothing to write). It takes the round
    lock (an advisory lock on PostgreSQL, the SchedulerLock row everywhere), claims the admitted
    workloads under row locks and re-checks their GPUs (allocation.allocations_claim): a
@@ -35,11 +37,10 @@ from django.utils import timezone
 from core.actors import Actor
 from core.audit import audit_record
 from scheduling.choices import WorkloadState
-from scheduling.engine import schedule
 from scheduling.engine.types import Admit, RoundResult, WorkloadSpec
 from scheduling.models import PlacementRound, SchedulerLock, Workload
 from scheduling.snapshot import SnapshotIndex, _aware, _raw_rows, placements_to_json
-from scheduling.state_cache import round_state
+from scheduling.state_cache import round_decide, round_state
 
 from .allocation import AllocationRow, GangClaim, allocations_claim
 from .bulk import by_ids, rows_update
@@ -75,7 +76,7 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundRe
     t0 = time.perf_counter()
     with round_state(now=now) as (snapshot, index, capacity):  # phase 1, from the state cache
         t1 = time.perf_counter()
-        result = schedule(snapshot, capacity=capacity)  # phase 2
+        result = round_decide(snapshot, capacity)  # phase 2
         t2 = time.perf_counter()
     # The decisions are as of the snapshot (`now`); what is written is stamped when it happens,
     # so a slow round does not date admissions back to before they took place.
