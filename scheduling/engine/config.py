@@ -12,4 +12,5 @@ class SchedulerConfig:
     max_reservations: int = 16  # backfill reservations made per round (Slurm's bf_max_job_test idea)
     reservation_search_limit: int = 256  # running workloads released while searching a start time
     reservation_budget: int = 4000  # placement attempts all reservation searches of a round may make
+    quota_eta_budget: int = 10000  # quota checks the ETA replay of quota waits may make in a round
     node_topology_candidates: int = 64  # nodes tried for a topology=node (required) workload

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from scheduling.engine import SchedulerConfig
 from scheduling.engine.types import PendingReason, PreemptionReason, Topology
 
 from .builders import NOW, Case, SnapshotBuilder, case, run
@@ -290,6 +291,10 @@ QUOTA_ETA_CASES = [
          SnapshotBuilder().queue("q", 8).nodes("n1", "n2").job(1, "now", gpus=8, time_limit=900)
          .job(2, "later", gpus=8),
          want_admitted=[1], check=eta(2, NOW + 900, "after now's time limit")),
+    case("the_replay_stops_at_its_budget_and_says_unknown_past_it",
+         quota_full().job(1, "first", gpus=8, time_limit=1800).job(2, "second", gpus=8),
+         config=SchedulerConfig(quota_eta_budget=1),
+         check=lambda r: (eta(1, NOW + 3600, "train-B")(r), eta(2, None)(r))),
 ]
 
 
