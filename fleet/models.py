@@ -170,3 +170,19 @@ class NodeAgentToken(models.Model):
             key = secrets.token_urlsafe(32)
         cls.objects.update_or_create(node=node, defaults={"key_hash": cls.hash_key(key)})
         return key
+
+
+class InventoryChange(models.Model):
+    """One write that changed what placement feasibility reads of the inventory: a node or GPU
+    added or removed, a node's name, rack or flavor, a GPU's node, index, health or MIG layout,
+    a rack's or flavor's name. Written only by database triggers (migration 0004), so every
+    writer counts (services, bulk updates, the admin); rows are only ever inserted, so writers
+    never wait on each other. The newest row is the inventory's version (fleet.inventory):
+    submission keeps its fleet summary until it changes. `stamp` is random: SQLite reuses the
+    ids of rolled-back rows."""
+
+    id = models.BigAutoField(primary_key=True)
+    stamp = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"inventory change {self.id}"
