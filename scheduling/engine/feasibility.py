@@ -87,7 +87,3 @@ class NeverFit:
                 return f"pod set {need.spec.name} asks for MIG profile {need.profile}, which no healthy {where} offers"
         return ""
 
-
-def never_fits(nodes: list[NodeView], wl: WorkloadSpec, make_round: Callable[[Snapshot], Any]) -> str | None:
-    """Why `wl` can never be placed on `nodes` (all of them free and schedulable), or None."""
-    return NeverFit(nodes, 0.0, make_round).why(wl)

@@ -8,14 +8,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Count
 
 from core.validators import text_problem
-from fleet.models import Gpu, GpuFlavor, Node
+from fleet.models import Gpu, GpuFlavor
 from scheduling import limits
 from scheduling.choices import SharingRequest, TopologyLevel, TopologyMode, WorkloadState
 from scheduling.models import PodSet, PriorityClass, Queue, Team, Workload
 from scheduling.usage import pod_sets_gpus
+
+from .fleet_shape import FleetShape, fleet_shape
 
 TOP_LEVEL_KEYS = {
     "name",
@@ -181,16 +182,6 @@ def _lookup(model, name: str, field_name: str):
         raise _fail(field_name, f"Unknown {field_name.replace('_', ' ')} {name!r}.") from None
 
 
-def node_sizes_by_flavor() -> dict[str | None, int]:
-    """The largest node (in GPUs) per flavor name, and over all flavors under None."""
-    sizes: dict[str | None, int] = {}
-    rows = Node.objects.filter(flavor__isnull=False).annotate(n=Count("gpus")).values_list("flavor__name", "n")
-    for flavor, gpus in rows:
-        sizes[flavor] = max(sizes.get(flavor, 0), gpus)
-        sizes[None] = max(sizes.get(None, 0), gpus)
-    return sizes
-
-
 def _mig_profiles(flavor: GpuFlavor | None) -> set[str]:
     gpus = Gpu.objects.filter(mig_enabled=True)
     if flavor is not None:
@@ -329,8 +320,9 @@ def _check_shape(where: str, replicas: int, gpus: int, flavor: GpuFlavor | None,
         )
 
 
-def parse_spec(spec: Any) -> WorkloadDraft:
-    """Validate a submitted spec (the API's JSON body) into a draft; raises ValidationError."""
+def parse_spec(spec: Any, *, fleet: FleetShape | None = None) -> WorkloadDraft:
+    """Validate a submitted spec (the API's JSON body) into a draft; raises ValidationError.
+    `fleet`: the fleet as the caller read it (by default, as it is now)."""
     if not isinstance(spec, dict):
         raise _fail("non_field_errors", "The body must be a JSON object.")
     unknown = set(spec) - TOP_LEVEL_KEYS
@@ -347,7 +339,7 @@ def parse_spec(spec: Any) -> WorkloadDraft:
         raise _fail("pod_sets", "At least one pod set is required.")
     if len(raw_sets) > limits.MAX_POD_SETS:
         raise _fail("pod_sets", f"At most {limits.MAX_POD_SETS} pod sets.")
-    sizes = node_sizes_by_flavor()
+    sizes = (fleet or fleet_shape()).sizes
     flavors = _flavors_named(raw_sets)
     pod_sets = [parse_pod_set(raw, i, sizes, flavors) for i, raw in enumerate(raw_sets)]
     names = [ps.name for ps in pod_sets]

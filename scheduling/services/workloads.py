@@ -25,6 +25,7 @@ from scheduling.models import Allocation, PodSet, Preemption, Workload, Workload
 
 from .allocation import allocations_release
 from .bulk import by_ids, rows_update
+from .fleet_shape import fleet_shape
 from .never_fit import never_fit_refuse
 from .round_requests import round_request_on_commit
 from .specs import parse_spec
@@ -46,9 +47,10 @@ def _require_team_access(actor: Actor, team_id: int, what: str) -> None:
 def workload_submit(*, spec: dict, actor: Actor, now: datetime | None = None) -> Workload:
     """Validate `spec` (the API body) and queue the workload. Raises ValidationError naming the
     field, or PermissionDenied when a team member submits for another team."""
-    draft = parse_spec(spec)
+    fleet = fleet_shape()
+    draft = parse_spec(spec, fleet=fleet)
     _require_team_access(actor, draft.team.pk, "submit")
-    never_fit_refuse(draft)
+    never_fit_refuse(draft, fleet=fleet)
     now = now or timezone.now()
     with transaction.atomic():
         workload = draft.workload_row(submitted_by=_user_of(actor), now=now)
