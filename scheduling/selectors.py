@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import F, Sum, Window
+from django.db.models import Count, DateTimeField, DurationField, ExpressionWrapper, F, Q, Sum, Value, Window
 from django.db.models.functions import RowNumber
 from django.template.defaultfilters import pluralize
 
@@ -55,11 +55,16 @@ def register_failure_source(fn) -> None:
 
 
 def observed_gpu_hours(*, since: datetime, now: datetime) -> float:
-    """GPU-hours the fleet has been watched since `since`: each GPU from when it was first seen."""
-    young = Gpu.objects.filter(first_seen_at__gt=since)
-    hours = sum(max(0.0, (now - seen).total_seconds()) for seen in young.values_list("first_seen_at", flat=True))
-    old = Gpu.objects.filter(first_seen_at__lte=since).count()
-    return hours / 3600 + old * (now - since).total_seconds() / 3600
+    """GPU-hours the fleet has been watched since `since`: each GPU from when it was first seen
+    (one seen after `now` not yet). Summed in the database: one row, however many GPUs."""
+    watched = ExpressionWrapper(Value(now, output_field=DateTimeField()) - F("first_seen_at"),
+                                output_field=DurationField())
+    totals = Gpu.objects.aggregate(
+        young=Sum(watched, filter=Q(first_seen_at__gt=since, first_seen_at__lte=now)),
+        old=Count("pk", filter=Q(first_seen_at__lte=since)),
+    )
+    young = totals["young"] or timedelta(0)
+    return young.total_seconds() / 3600 + totals["old"] * (now - since).total_seconds() / 3600
 
 
 def mtbf_per_gpu_hours(now: datetime) -> tuple[float, str]:
@@ -70,7 +75,7 @@ def mtbf_per_gpu_hours(now: datetime) -> tuple[float, str]:
     where it came from."""
     since = now - timedelta(days=FAILURE_WINDOW_DAYS)
     failures = _failure_source(since) if _failure_source is not None else 0
-    hours = observed_gpu_hours(since=since, now=now)
+    hours = observed_gpu_hours(since=since, now=now) if failures > 0 else 0.0
     if failures <= 0 or hours <= 0:
         return DEFAULT_MTBF_GPU_HOURS, "default (no failures recorded)"
     return hours / failures, (f"{failures} failure{pluralize(failures)} over {hours:,.1f} observed GPU-hours "
