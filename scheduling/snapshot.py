@@ -136,7 +136,9 @@ def _load_nodes(index: SnapshotIndex, held: list[tuple], only: list[int] | None 
     nodes: dict[int, NodeView] = {}
     totals: dict[int, tuple[int, int]] = {}
     node_rows = Node.objects.filter(flavor__isnull=False)
-    gpu_rows = Gpu.objects.all()
+    # Each node's GPUs in index order, by the (node, index) unique index: Gpu's own ordering
+    # (by node name) joins the nodes and sorts every GPU of the fleet.
+    gpu_rows = Gpu.objects.order_by("node_id", "index")
     if only is not None:
         node_rows, gpu_rows = node_rows.filter(pk__in=only), gpu_rows.filter(node_id__in=only)
     rows = _raw_rows(
@@ -548,7 +550,7 @@ HELD_COLUMNS = (
 def snapshot_load(*, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
     """Phase 1 of a round: the whole scheduling state, in a fixed number of queries."""
     index = SnapshotIndex()
-    held = _raw_rows(Allocation.objects.filter(released_at__isnull=True).values_list(*HELD_COLUMNS))
+    held = _raw_rows(Allocation.objects.filter(released_at__isnull=True).order_by().values_list(*HELD_COLUMNS))
     nodes = _load_nodes(index, held)
     node_name = {pk: name for name, pk in index.node_ids.items()}
     flavor_by_name = {n.name: n.flavor for n in nodes}

@@ -90,12 +90,15 @@ class StateCache:
     def reload(self, why: str) -> None:
         head = _raw_rows(StateChange.objects.order_by("-id").values_list("id", "stamp")[:1])
         index = SnapshotIndex()
-        held = _raw_rows(Allocation.objects.filter(released_at__isnull=True).values_list(*HELD_COLUMNS))
+        # Unordered: every consumer of the held rows and active workloads keys or sorts them.
+        held = _raw_rows(Allocation.objects.filter(released_at__isnull=True).order_by().values_list(*HELD_COLUMNS))
         nodes = _load_nodes(index, held)
         self.index = index
         self.views = {index.node_ids[v.name]: v for v in nodes}
         self._maps()
-        active = _raw_rows(Workload.objects.filter(state__in=ACTIVE_STATES).values_list(*ACTIVE_COLUMNS))
+        active = _raw_rows(
+            Workload.objects.filter(state__in=ACTIVE_STATES).order_by().values_list(*ACTIVE_COLUMNS)
+        )
         self.running, self.usage = {}, defaultdict(int)
         for rw in _load_running(held, self.flavor_of_node, self.node_name, self.gpu_index, active):
             self._add(rw)
@@ -186,7 +189,7 @@ class StateCache:
         for part in _chunks(ids):
             # What these nodes' GPUs and hosts hold: two index scans (an OR over the join scans
             # every allocation).
-            active = Allocation.objects.filter(released_at__isnull=True)
+            active = Allocation.objects.filter(released_at__isnull=True).order_by()
             held = _raw_rows(active.filter(node_id__in=part).values_list(*HELD_COLUMNS))
             held += _raw_rows(
                 active.filter(gpu__node_id__in=part).exclude(node_id__in=part).values_list(*HELD_COLUMNS)
@@ -214,9 +217,11 @@ class StateCache:
     def _refresh_workloads(self, ids: list[int]) -> None:
         for part in _chunks(ids):
             active = _raw_rows(
-                Workload.objects.filter(pk__in=part, state__in=ACTIVE_STATES).values_list(*ACTIVE_COLUMNS)
+                Workload.objects.filter(pk__in=part, state__in=ACTIVE_STATES).order_by().values_list(*ACTIVE_COLUMNS)
             )
-            held_of = Allocation.objects.filter(released_at__isnull=True, workload_id__in=[row[0] for row in active])
+            held_of = Allocation.objects.filter(
+                released_at__isnull=True, workload_id__in=[row[0] for row in active]
+            ).order_by()
             held = _raw_rows(held_of.values_list(*HELD_COLUMNS)) if active else []
             for wid in part:
                 self._drop(wid)

@@ -59,27 +59,31 @@ def chunked(items: Sequence, size: int = CHUNK) -> Iterator[Sequence]:
         yield items[start : start + size]
 
 
-def _lock_rows(model, pks: Iterable[int]) -> None:
-    """SELECT ... FOR UPDATE in pk order (a no-op on SQLite, whose writer lock is the whole DB).
+def _lock_read(model, pks: Iterable[int], columns: Sequence[str]) -> list[tuple]:
+    """These rows' `columns`, locked: SELECT ... FOR UPDATE in pk order, so the lock and the
+    read are one statement (on SQLite, whose writer lock is the whole database, a plain read).
 
     One array parameter instead of an IN list: tens of thousands of ids bind in one value."""
     ordered = sorted(set(pks))
-    if connection.vendor != "postgresql" or not ordered:
-        return
-    table = connection.ops.quote_name(model._meta.db_table)
+    if not ordered:
+        return []
+    if connection.vendor != "postgresql":
+        return [row for part in by_ids(model.objects.order_by(), ordered) for row in part.values_list(*columns)]
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    names = ", ".join(quote(model._meta.get_field(c).column) for c in columns)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT id FROM {table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [ordered])
+        cursor.execute(f"SELECT {names} FROM {table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [ordered])
+        return cursor.fetchall()
 
 
 def _gpu_states(gpu_ids: list[int], node_ids: list[int]) -> dict[int, _GpuState]:
-    ready = set()
-    for nodes in by_ids(Node.objects.filter(state=NodeState.READY), node_ids):
-        ready.update(nodes.values_list("pk", flat=True))
+    """The claimed GPUs and their nodes, locked (nodes first), and what they hold already."""
+    ready = {pk for pk, state in _lock_read(Node, node_ids, ("id", "state")) if state == NodeState.READY}
     states: dict[int, _GpuState] = {}
-    for gpus in by_ids(Gpu.objects.all(), gpu_ids):
-        for pk, node_id, health in gpus.values_list("pk", "node_id", "health"):
-            states[pk] = _GpuState(usable=node_id in ready and health != GpuHealth.UNHEALTHY)
-    held = Allocation.objects.filter(released_at__isnull=True)
+    for pk, node_id, health in _lock_read(Gpu, gpu_ids, ("id", "node", "health")):
+        states[pk] = _GpuState(usable=node_id in ready and health != GpuHealth.UNHEALTHY)
+    held = Allocation.objects.filter(released_at__isnull=True).order_by()
     if connection.vendor == "postgresql":
         held = held.extra(where=["scheduling_allocation.gpu_id = ANY(%s)"], params=[gpu_ids])
         parts = [held]
@@ -133,8 +137,6 @@ def allocations_claim(*, claims: Sequence[GangClaim], now: datetime) -> tuple[li
         return [], []
     gpu_ids = sorted({row.gpu_id for claim in claims for row in claim.rows})
     node_ids = sorted({row.node_id for claim in claims for row in claim.rows})
-    _lock_rows(Node, node_ids)
-    _lock_rows(Gpu, gpu_ids)
     states = _gpu_states(gpu_ids, node_ids)
     placed, dropped, new_rows = [], [], []
     for claim in claims:

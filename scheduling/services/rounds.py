@@ -236,11 +236,14 @@ class Claimable(NamedTuple):
 
 
 def _claimable(ids: list[int]) -> dict[int, Claimable]:
-    """The admitted workloads still waiting, locked (FOR UPDATE) until the commit."""
+    """The admitted workloads still waiting, locked (FOR UPDATE) until the commit. Found by
+    primary key alone, the state checked here: with a condition on the state as well the
+    planner may walk the whole backlog's partial index to find a round's few hundred rows."""
     waiting: dict[int, Claimable] = {}
-    for part in by_ids(Workload.objects.filter(state__in=WAITING).select_for_update(), ids):
+    for part in by_ids(Workload.objects.order_by("pk").select_for_update(), ids):
         rows = _raw_rows(part.values_list("pk", "state", "queued_at", "submitted_at"))
-        waiting.update((pk, Claimable(state, _aware(queued), _aware(sub))) for pk, state, queued, sub in rows)
+        waiting.update((pk, Claimable(state, _aware(queued), _aware(sub)))
+                       for pk, state, queued, sub in rows if state in WAITING)
     return waiting
 
 

@@ -214,6 +214,25 @@ def test_a_decision_whose_gpus_were_taken_meanwhile_is_dropped_whole(small, cloc
     assert Workload.objects.get(pk=second.pk).state == WorkloadState.PENDING
 
 
+def test_a_workload_cancelled_while_the_round_decides_is_not_admitted(small, clock):
+    from scheduling.engine import schedule
+    from scheduling.services import workload_cancel
+    from scheduling.services.rounds import round_commit
+    from scheduling.snapshot import snapshot_load
+
+    kept = _submit(training("kept", 8, priority="research-batch"))
+    gone = _submit(training("gone", 8, priority="research-batch"))
+    snapshot, index = snapshot_load(now=clock.now)
+    decided = schedule(snapshot)
+    assert {a.workload_id for a in decided.admitted} == {kept.pk, gone.pk}
+    workload_cancel(workload=gone, actor=OPS, now=clock.now)  # meanwhile, in another process
+
+    report = round_commit(result=decided, index=index, actor=OPS, now=clock.now)
+    assert [a[0] for a in report.admitted] == [kept.pk] and report.dropped == [gone.pk]
+    assert (_held(kept), _held(gone)) == (8, 0)
+    assert Workload.objects.get(pk=gone.pk).state == WorkloadState.CANCELLED
+
+
 def test_a_round_that_admits_from_a_full_queue_head_asks_for_the_next_round_at_once(
     small, clock, settings, monkeypatch, django_capture_on_commit_callbacks
 ):
