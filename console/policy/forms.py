@@ -7,6 +7,7 @@ import json
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 
 from fleet.models import GpuFlavor
 from scheduling import limits
@@ -40,6 +41,15 @@ class FlavorForm(forms.Form):
     memory_mib = forms.IntegerField(min_value=1, max_value=2**31 - 1, label="Memory (MiB)")
 
 
+def _bound(field: forms.IntegerField, low: int, high: int) -> None:
+    """The API's bounds on a model form's field: an IntegerField turns min/max into validators
+    (and the input's min/max) only when it is built, so setting the attributes later checks nothing."""
+    field.min_value, field.max_value = low, high
+    field.validators = [v for v in field.validators if not isinstance(v, (MinValueValidator, MaxValueValidator))]
+    field.validators += [MinValueValidator(low), MaxValueValidator(high)]
+    field.widget.attrs.update(min=low, max=high)
+
+
 class PriorityClassForm(forms.ModelForm):
     """The model's fields (cooldown and hard preemption included where the model has them)."""
 
@@ -50,11 +60,10 @@ class PriorityClassForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["value"].min_value = -1_000_000
-        self.fields["value"].max_value = 1_000_000
+        _bound(self.fields["value"], -1_000_000, 1_000_000)
         for name in ("grace_seconds", "min_runtime_seconds", "cooldown_seconds"):
             if name in self.fields:
-                self.fields[name].max_value = limits.MAX_SECONDS
+                _bound(self.fields[name], 0, limits.MAX_SECONDS)
 
     def validate_unique(self):
         """The service checks the name (and answers a taken one in its own words)."""

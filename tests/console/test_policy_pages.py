@@ -133,6 +133,27 @@ def test_an_operator_edits_a_priority_class_and_a_flavor(client, operator, class
     assert {"priorityclass.update", "flavor.update"} <= set(AuditEvent.objects.values_list("verb", flat=True))
 
 
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("grace_seconds", "31622401", "Ensure this value is less than or equal to 31622400."),
+    ("min_runtime_seconds", "99999999999", "Ensure this value is less than or equal to 31622400."),
+    ("cooldown_seconds", "31622401", "Ensure this value is less than or equal to 31622400."),
+    ("value", "1000001", "Ensure this value is less than or equal to 1000000."),
+    ("value", "-1000001", "Ensure this value is greater than or equal to -1000000."),
+])
+def test_the_priority_class_form_holds_the_apis_bounds(client, operator, classes, field, value, error):
+    client.force_login(operator)
+    pc = classes["eval"]
+    body = {"name": "eval", "value": "60", "grace_seconds": "45", "min_runtime_seconds": "0",
+            "cooldown_seconds": "900", "description": "", field: value}
+    response = client.post(f"/policy/priority-classes/{pc.pk}/", body)
+    assert response.status_code == 400
+    assert response.context["form"].errors[field] == [error]
+    response = client.post("/policy/priority-classes/new/", {**body, "name": "too-long"})
+    assert response.status_code == 400 and response.context["form"].errors[field] == [error]
+    assert not PriorityClass.objects.filter(name="too-long").exists()
+    assert PriorityClass.objects.get(pk=pc.pk).value == pc.value
+
+
 def test_a_cohort_is_created_and_renamed(client, operator):
     client.force_login(operator)
     client.post("/policy/cohorts/new/", {"name": "fleet"})
