@@ -282,13 +282,39 @@ def run_all(*, nodes: int, pending: int, seed: int, busy: float, sizes: list[int
           f"round in this process; ROUND_QUEUE_DEPTH {depth} (each queue's first {depth}),\n    10 queues. "
           f"cold = the process's first round (the cache loads the fleet), warm = the rounds after it.")
     print(f"\n  depth 0, cold, {nodes:,} nodes:", end="")
-    _depth0_cold(make_snapshot(nodes, pending, seed, busy), depth, keep=keep)
+    cold = _depth0_cold(make_snapshot(nodes, pending, seed, busy), depth, keep=keep)
     table: dict[int, list[RoundRow]] = {}
     for size in sorted({*sizes, nodes}):
         n_pending = pending if size == nodes else per_node * size
         table[size] = _sequence(make_snapshot(size, n_pending, seed, busy), depth, keep=keep)
     _scaling(table, depth)
+    _goals(cold, table[nodes], depth, nodes)
     return 0
+
+
+GOAL_NODES = 5000  # issue 18 §2: 5,000 nodes / 40,000 GPUs, 20,000 pending
+
+
+def _goals(cold: RoundRow, rows: list[RoundRow], depth: int, nodes: int) -> None:
+    """Issue 18 §2's three goals, from the headline fleet's rounds, with this machine's load:
+    the numbers are wall times, so a busy machine reads slower than a quiet one."""
+    def verdict(ok: bool) -> str:
+        if nodes != GOAL_NODES:
+            return f"(the goals are set for {GOAL_NODES:,} nodes)"
+        return "met" if ok else "NOT met"
+
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    rest, admitting, depth0 = rows[-1], rows[1:4], rows[4]
+    best = min(admitting, key=lambda r: r.wall_ms)
+    median = sorted(r.wall_ms for r in admitting)[len(admitting) // 2]
+    rates = [r.admitted / (r.wall_ms / 1000) for r in (cold, depth0) if r.wall_ms]
+    print(f"\n  goals (issue 18 §2) at {nodes:,} nodes, load average {load} (1/5/15 min) at the end of the run:")
+    print(f"    (a) a round with nothing changed since the last, depth {depth}: {rest.wall_ms:,.1f} ms "
+          f"(goal <= 30 ms): {verdict(rest.wall_ms <= 30)}")
+    print(f"    (b) a warm round admitting {best.admitted}, depth {depth}: best {best.wall_ms:,.1f} ms, median "
+          f"{median:,.1f} ms of {len(admitting)} (goal <= 150 ms): {verdict(median <= 150)}")
+    print(f"    (c) depth 0, all pending considered: {rates[0]:,.0f} placements/s cold, {rates[-1]:,.0f} warm "
+          f"end to end (goal >= 2,000/s): {verdict(min(rates) >= 2000)}")
 
 
 def _scaling(table: dict[int, list[RoundRow]], depth: int) -> None:
