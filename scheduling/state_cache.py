@@ -78,6 +78,7 @@ class StateCache:
     geometry: dict[int, tuple] = field(default_factory=dict)  # node pk -> _geometry(view)
     never_fit: NeverFit | None = None  # kept while no node's geometry changes
     decided: Decided | None = None  # the last round's decisions, while they hold (round_decide)
+    lists: tuple[int, list[NodeView], list[RunningWorkload]] | None = None  # a generation's nodes and running
     seen: int = 0  # highest journal id applied
     seen_stamp: int | None = None
     holes: dict[int, float] = field(default_factory=dict)  # journal id -> when first missed
@@ -238,11 +239,15 @@ class StateCache:
             if queue in queues:
                 queues[queue].usage[flavor] = gpus
         pending, reservations = _load_pending(index)
+        if self.lists is None or self.lists[0] != self.generation:
+            # The engine never changes a snapshot: rounds of one generation share these lists.
+            self.lists = (self.generation, list(self.views.values()),
+                          sorted(self.running.values(), key=lambda rw: rw.id))
         snapshot = Snapshot(
             now=now.timestamp(),
-            nodes=list(self.views.values()),
+            nodes=self.lists[1],
             queues=queues,
-            running=sorted(self.running.values(), key=lambda rw: rw.id),
+            running=self.lists[2],
             pending=pending,
             reservations=reservations,
             typical_mix=typical_mix_cached(now=now),
