@@ -176,10 +176,10 @@ class InventoryChange(models.Model):
     """One write that changed what placement feasibility reads of the inventory: a node or GPU
     added or removed, a node's name, rack or flavor, a GPU's node, index, health or MIG layout,
     a rack's or flavor's name. Written only by database triggers (migration 0004), so every
-    writer counts (services, bulk updates, the admin); rows are only inserted (and the older ones
-    pruned hourly: fleet.inventory_changes_prune), so writers never wait on each other. The newest row is the inventory's version (fleet.inventory):
-    submission keeps its fleet summary until it changes. `stamp` is random: SQLite reuses the
-    ids of rolled-back rows."""
+    writer counts (services, bulk updates, the admin); rows are only inserted (the older ones
+    are pruned hourly: fleet.inventory_changes_prune), so writers never wait on each other. The
+    newest row is the inventory's version (fleet.inventory): submission keeps its fleet summary
+    until it changes. `stamp` is random: SQLite reuses the ids of rolled-back rows."""
 
     id = models.BigAutoField(primary_key=True)
     stamp = models.BigIntegerField(default=0)
