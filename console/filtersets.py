@@ -3,11 +3,9 @@ from __future__ import annotations
 
 import django_filters
 from django import forms
-from django.db.models import Q, TextField
-from django.db.models.functions import Cast
 
 from core.filters import StrictBooleanFilter
-from fleet.filtersets import GpuFilterSet, NodeFilterSet
+from fleet.filtersets import GpuFilterSet, NodeFilterSet, gpu_search, node_search
 
 
 class NodeTableFilterSet(NodeFilterSet):
@@ -20,8 +18,7 @@ class NodeTableFilterSet(NodeFilterSet):
         fields = ["q", *NodeFilterSet.Meta.fields, "unhealthy"]
 
     def search(self, queryset, name, value):
-        return queryset.annotate(labels_text=Cast("labels", TextField())).filter(
-            Q(name__icontains=value) | Q(hostname__icontains=value) | Q(labels_text__icontains=value))
+        return node_search(queryset, value)
 
     def with_unhealthy(self, queryset, name, value):
         return queryset.filter(gpu_unhealthy__gt=0) if value else queryset.filter(gpu_unhealthy=0)
@@ -35,5 +32,4 @@ class GpuTableFilterSet(GpuFilterSet):
         fields = ["q", *GpuFilterSet.Meta.fields]
 
     def search(self, queryset, name, value):
-        return queryset.filter(Q(node__name__icontains=value) | Q(uuid__icontains=value)
-                               | Q(pci_bus_id__icontains=value) | Q(product__icontains=value))
+        return gpu_search(queryset, value)

@@ -37,6 +37,8 @@ class TiedOrderingFilter(filters.OrderingFilter):
 class WorkloadApiFilter(WorkloadFilter):
     """The API's filters and its order: the page sorts by its table's column headers instead."""
 
+    search = filters.CharFilter(field_name="name", lookup_expr="icontains", max_length=100,
+                                help_text="Part of the workload's name (the page's Search)")
     ordering = TiedOrderingFilter(
         fields=(("gpus_asked", "gpus_asked"), ("submitted_at", "submitted_at"), ("id", "id")),
         help_text="gpus_asked, submitted_at or id, - first for descending, commas between several "
@@ -44,7 +46,7 @@ class WorkloadApiFilter(WorkloadFilter):
     )
 
     class Meta(WorkloadFilter.Meta):
-        fields = [*WorkloadFilter.Meta.fields, "ordering"]
+        fields = [*WorkloadFilter.Meta.fields, "search", "ordering"]
 
 
 class WorkloadTableFilter(WorkloadFilter):

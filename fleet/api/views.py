@@ -14,7 +14,7 @@ from core.actors import Actor
 from core.filters import StrictFilterBackend
 from core.permissions import IsOperator, ReadOnlyOrOperator
 from fleet.agent_tokens import node_token_rotate
-from fleet.filtersets import GpuFilterSet, NodeFilterSet, RackFilterSet
+from fleet.filtersets import GpuApiFilterSet, NodeApiFilterSet, RackFilterSet
 from fleet.models import Gpu, Node, Rack
 from fleet.services import NodeStateConflict, node_cordon, node_uncordon
 
@@ -65,12 +65,13 @@ def _transition_schema(summary: str, description: str, request):
 
 
 @extend_schema_view(
-    list=extend_schema(summary="List nodes", description="Filter by rack, spine, state, flavor, pool, executor."),
+    list=extend_schema(summary="List nodes", description="Filter by rack, spine, state, flavor, pool, executor; "
+                       "`?search=` matches name, hostname and labels."),
     retrieve=extend_schema(summary="Get a node by name, with its GPUs"),
 )
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = NodeSerializer
-    filterset_class = NodeFilterSet
+    filterset_class = NodeApiFilterSet
     filter_backends = [StrictFilterBackend]
     permission_classes = [ReadOnlyOrOperator]
     lookup_field = "name"
@@ -155,13 +156,14 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 @extend_schema_view(
-    list=extend_schema(summary="List GPUs", description="Filter by node, rack, health, flavor, pool, allocated."),
+    list=extend_schema(summary="List GPUs", description="Filter by node, rack, health, flavor, pool, allocated; "
+                       "`?search=` matches node, UUID, PCI bus id and product."),
     retrieve=extend_schema(summary="Get a GPU by UUID"),
 )
 class GpuViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = Gpu.objects.select_related("node", "node__rack", "node__flavor").with_allocation()
     serializer_class = GpuSerializer
-    filterset_class = GpuFilterSet
+    filterset_class = GpuApiFilterSet
     filter_backends = [StrictFilterBackend]
     permission_classes = [ReadOnlyOrOperator]
     lookup_field = "uuid"

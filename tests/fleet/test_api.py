@@ -183,6 +183,21 @@ def test_gpus_filter_by_node_health_flavor_and_allocation(client_for):
     assert client.get("/api/v1/gpus/?allocated=false").json()["count"] == 9
 
 
+def test_nodes_and_gpus_take_the_pages_search(client_for):
+    client = client_for("viewer")
+    assert names(client.get("/api/v1/nodes/?search=B01")) == ["gpu-b01"]
+    assert names(client.get("/api/v1/nodes/?search=b01.example")) == ["gpu-b01"]  # the hostname
+    assert names(client.get("/api/v1/nodes/?search=H100-80GB-HBM3")) == ["gpu-a01"]  # a label's value
+    assert names(client.get("/api/v1/nodes/?search=H100-80GB-HBM3&rack=r2")) == []
+    export = client.get("/api/v1/nodes/export/?search=gpu-c")
+    assert [line.split(",")[0] for line in b"".join(export.streaming_content).decode().splitlines()[1:]] == [
+        "gpu-c01"]
+    assert {g["node"] for g in client.get("/api/v1/gpus/?search=l40s").json()["results"]} == {"gpu-c01"}
+    assert names(client.get("/api/v1/gpus/?search=0000:4e:00")) == ["GPU-5c8b7a10-0002-4a6e-9b1d-000000000003"]
+    assert client.get("/api/v1/nodes/?search=" + "x" * 101).json() == {
+        "search": ["Ensure this value has at most 100 characters (it has 101)."]}
+
+
 def test_a_node_lists_its_gpus_with_counts(client_for):
     Gpu.objects.filter(node__name="gpu-b01", index=1).update(health="unhealthy")
     allocate(Gpu.objects.get(node__name="gpu-b01", index=0))

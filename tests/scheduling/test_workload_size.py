@@ -119,6 +119,11 @@ def test_the_api_filters_by_size(sized):
     assert names(sized.get("/api/v1/workloads/", {"size_max": 0})) == []
 
 
+def test_the_api_searches_names_as_the_page_does(sized):
+    assert names(sized.get("/api/v1/workloads/", {"search": "L", "ordering": "gpus_asked"})) == ["slices", "halves"]
+    assert names(sized.get("/api/v1/workloads/", {"search": "l", "size_min": 2})) == ["halves"]
+
+
 @pytest.mark.parametrize(
     ("query", "field"),
     [({"size_min": "two"}, "size_min"), ({"size_max": "1.5"}, "size_max"), ({"size_min": "-1"}, "size_min"),
