@@ -210,7 +210,7 @@ class TeamViewSet(PolicyViewSet):
 
     @extend_schema(summary="List a team's members", responses={200: serializers.ListSerializer(
         child=serializers.CharField())})
-    @action(detail=True, methods=["get"], url_path="members")
+    @action(detail=True, methods=["get"], url_path="members", pagination_class=None, filter_backends=[])
     def members(self, request, name=None):
         return Response(self.get_serializer(self.get_object()).data["members"])
 

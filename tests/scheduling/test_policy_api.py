@@ -49,6 +49,15 @@ def test_members_are_added_listed_and_removed_by_operators(operator, team, viewe
     assert client.delete("/api/v1/teams/research/members/victor/").status_code == 404
 
 
+def test_the_schema_gives_the_members_list_as_it_is_answered(operator, team):
+    client = api_for(operator)
+    members = client.get("/api/v1/schema/", {"format": "json"}).json()["paths"]["/api/v1/teams/{name}/members/"]
+    answer = members["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert answer == {"type": "array", "items": {"type": "string"}}
+    assert [p["name"] for p in members["get"]["parameters"]] == ["name"]  # no paging or filters it would ignore
+    assert client.get("/api/v1/teams/research/members/", {"limit": 1, "search": "zzz"}).json() == []
+
+
 def test_a_team_member_sees_only_their_team_and_may_not_write(team, team_member, viewer):
     Team.objects.create(name="product")
     member = api_for(team_member)
