@@ -16,7 +16,11 @@ round, on a gap (the last journal row this cache applied is gone: rolled back, t
 pruned; a renamed queue, flavor, rack or priority class; a node added, removed or reshaped),
 and every STATE_CACHE_RELOAD_SECONDS as a safety net. Journal ids that commit out of order are
 re-read until they show up or HOLE_SECONDS pass. Waiting workloads, queues and quotas are not
-kept: a round reads the heads it considers (ROUND_QUEUE_DEPTH) and the few queue rows anyway."""
+kept: a round reads the heads it considers (ROUND_QUEUE_DEPTH) and the few queue rows anyway.
+
+Two answers are kept as well: the never-fit answers (while no node's geometry changes) and the
+decisions of the last round at rest, which the next round reuses while its inputs and the clock
+allow (round_decide)."""
 
 from __future__ import annotations
 
