@@ -57,9 +57,9 @@ class NeverFit:
         if missing:
             return missing
         # GPU geometry only: a MIG instance in use stays in use on the ideal fleet (the profile
-        # being offered is the test), GPU sharing is node configuration, and CPU, memory and
-        # GPU models keep the reasons that already name them.
-        needs = [need_of(replace(n.spec, cpu_millicores=0, memory_mib=0, accepted_products=()))
+        # being offered is the test), GPU sharing is node configuration, and CPU and memory keep
+        # the reasons that already name them. Accepted GPU models stay: they choose the nodes.
+        needs = [need_of(replace(n.spec, cpu_millicores=0, memory_mib=0))
                  for n in needs if n.kind == Kind.WHOLE]
         if not needs:
             return None

@@ -9,7 +9,7 @@ from django.test import Client
 
 from core.actors import Actor
 from fleet.choices import GpuHealth
-from fleet.models import Gpu
+from fleet.models import Gpu, GpuFlavor, Node, Rack
 from scheduling.choices import ReclaimPolicy, WorkloadState
 from scheduling.models import Allocation, Preemption, PriorityClass, Queue, QueueQuota, Team, Workload
 from scheduling.services import workload_submit
@@ -170,6 +170,23 @@ def test_a_workload_that_can_never_fit_is_refused_at_submit_naming_why(fleet64, 
     assert response.status_code == 400
     assert fact in response.json()[field][0]
     assert not Workload.objects.exists()
+
+
+def test_a_workload_its_accepted_products_can_never_hold_is_unsatisfiable(fleet64, clock):
+    l40s = GpuFlavor.objects.create(name="L40S-48GB", product="NVIDIA L40S", memory_mib=46068)
+    node = Node.objects.create(name="l1", rack=Rack.objects.create(name="r3"), flavor=l40s)
+    Gpu.objects.bulk_create(Gpu(uuid=f"GPU-l1-{g}", node=node, index=g, product=l40s.product, memory_mib=46068)
+                            for g in range(4))
+    QueueQuota.objects.create(queue=Queue.objects.get(name="research-q"), flavor=l40s, nominal=16)
+    spec = training("l40s-8", 8, priority="research-batch")
+    spec["pod_sets"] = [{"name": "worker", "replicas": 1, "gpus_per_replica": 8, "accepted_products": ["NVIDIA L40S"]}]
+    waiting = _submit(spec)
+
+    run_round(clock)
+    waiting.refresh_from_db()
+    assert waiting.pending_reason == "UNSATISFIABLE"
+    assert waiting.pending_message == ("can never fit the whole healthy fleet: pod set worker needs 8 GPUs on one "
+                                       "node; L40S-48GB nodes have 4")
 
 
 def test_a_workload_the_fleet_shrank_below_is_unsatisfiable_with_the_limiting_fact(fleet64, clock):

@@ -195,6 +195,18 @@ NEVER_CASES = [
     case("a_mig_profile_present_nowhere",
          SnapshotBuilder().queue("q").node("n1", mig={0: {"1g.10gb": ["1"]}}).job(1, "mig", mig="3g.40gb", gpus=0),
          want_pending={1: NEVER}, want_messages={1: ("MIG profile 3g.40gb, which no healthy h100 GPU offers",)}),
+    case("more_gpus_per_replica_than_the_accepted_products_nodes_have",
+         two_racks(product="H100").node("l1", "r3", gpus=4, flavor="l40s", product="L40S")
+         .job(1, "big-l40s", gpus=8, flavor=None, products=("L40S",)),
+         want_pending={1: NEVER}, want_messages={1: ("needs 8 GPUs on one node; l40s nodes have 4",)}),
+    case("an_accepted_product_present_nowhere",
+         two_racks(product="H100").job(1, "b200", gpus=8, flavor=None, products=("B200",)),
+         want_pending={1: PendingReason.FLAVOR_UNAVAILABLE},
+         want_messages={1: ("no node offers an accepted product (B200)",)}),
+    case("an_accepted_product_whose_nodes_are_busy_waits",
+         SnapshotBuilder().queue("q", flavor="l40s").node("l1", "r3", gpus=4, flavor="l40s", product="L40S")
+         .running(10, "busy", {"l1": (0, 1, 2, 3)}).job(1, "l40s", gpus=4, flavor=None, products=("L40S",)),
+         want_pending={1: PendingReason.INSUFFICIENT_CAPACITY}),
     case("a_mig_profile_in_use_is_not_never_fit",
          SnapshotBuilder().queue("q").node("n1", mig={0: {"1g.10gb": []}}).job(1, "mig", mig="1g.10gb", gpus=0),
          want_pending={1: PendingReason.INSUFFICIENT_CAPACITY}),
