@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from .client import Cluster, WatchEvent
 from .inventory import SYNC_ACTOR, conf, node_apply, node_remove, nodes_reconcile
-from .job_imports import JOB_SELECTOR, JOBS_PATH, jobs_event, jobs_list
+from .job_imports import JOB_SELECTOR, JOBS_PATH, jobs_events, jobs_list
 from .nodes import NodeFacts, node_facts
 from .watch import Reflector
 
@@ -45,10 +45,12 @@ def node_reflector(cluster: Cluster | None = None) -> Reflector:
 
 
 def job_reflector(cluster: Cluster | None = None, *, workers: int = 1) -> Reflector:
-    """`workers` > 1 imports that many Jobs at once (the watch process uses
-    KUBERNETES_JOB_IMPORT_WORKERS); each thread has a database connection of its own."""
+    """`workers` > 1 imports on that many lanes at once, each taking the Jobs queued on it as one
+    batch (the watch process uses KUBERNETES_JOB_IMPORT_WORKERS); each lane has a database
+    connection of its own."""
     reflector = Reflector(path=JOBS_PATH, label_selector=JOB_SELECTOR, on_list=lambda items: None,
-                          on_event=lambda event: jobs_event(event, cluster), cluster=cluster, workers=workers)
-    # A relist (the first, or after 410 Gone) imports its Jobs on the events' lanes, as many at once.
-    reflector.on_list = lambda items: jobs_list(items, cluster, each=reflector.each)
+                          on_event=lambda event: jobs_events([event], cluster),
+                          on_events=lambda events: jobs_events(events, cluster), cluster=cluster, workers=workers)
+    # A relist (the first, or after 410 Gone) imports its Jobs on the events' lanes, in batches.
+    reflector.on_list = lambda items: jobs_list(items, cluster, batches=reflector.batches)
     return reflector

@@ -22,6 +22,7 @@ from .workloads import (
     workload_preemption_finish,
     workload_stop_gang,
     workload_submit,
+    workloads_submit,
 )
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "workload_preemption_finish",
     "workload_stop_gang",
     "workload_submit",
+    "workloads_submit",
     "workload_transition",
     "workloads_on_node",
     "workloads_start",

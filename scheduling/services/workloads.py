@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -18,6 +19,7 @@ from django.utils import timezone
 
 from core.actors import Actor
 from core.audit import audit_record, audit_record_many
+from core.models import AuditEvent
 from core.roles import may_act_for_team
 from scheduling.choices import ACTIVE_STATES, FINAL_STATES, WorkloadState
 from scheduling.executors import executor_for_kind
@@ -28,7 +30,7 @@ from .bulk import by_ids, rows_update
 from .fleet_shape import fleet_shape
 from .never_fit import never_fit_refuse
 from .round_requests import round_request_on_commit
-from .specs import parse_spec
+from .specs import WorkloadDraft, parse_spec
 from .transitions import transitions_record_bulk, workload_transition
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,59 @@ def workload_submit(*, spec: dict, actor: Actor, now: datetime | None = None) ->
         audit_record(actor=actor, verb="workload.submit", target=workload, after={"spec": spec})
         round_request_on_commit()
     return workload
+
+
+def workloads_submit(
+    *, specs: list[dict], actor: Actor, tie: Callable[[list[tuple[int, Workload]]], set[int]] | None = None,
+    now: datetime | None = None,
+) -> list[Workload | ValidationError | PermissionDenied | None]:
+    """workload_submit for a batch of specs (a burst of imported Kubernetes Jobs), one answer per
+    spec in their order: the Workload, or the ValidationError / PermissionDenied that refused that
+    spec alone. Each is validated as workload_submit does, on one read of the fleet; the accepted
+    ones land in one transaction, each with its transition and audit row, and one round is asked
+    for.
+
+    `tie(pairs)`, given (spec index, Workload) for the new rows inside the transaction, does what
+    must land with them elsewhere (the label on each Job) and returns the indexes it could not tie:
+    those are withdrawn before the commit, their answer None, as if never submitted."""
+    fleet = fleet_shape()
+    answers: list[Workload | ValidationError | PermissionDenied | None] = []
+    drafts: dict[int, WorkloadDraft] = {}
+    for i, spec in enumerate(specs):
+        answers.append(None)
+        try:
+            draft = parse_spec(spec, fleet=fleet)
+            _require_team_access(actor, draft.team.pk, "submit")
+            never_fit_refuse(draft, fleet=fleet)
+        except (ValidationError, PermissionDenied) as exc:
+            answers[i] = exc
+            continue
+        drafts[i] = draft
+    if not drafts:
+        return answers
+    now = now or timezone.now()
+    with transaction.atomic():
+        made = [(i, draft.workload_row(submitted_by=_user_of(actor), now=now)) for i, draft in drafts.items()]
+        for i, workload in made:
+            workload.save()
+            answers[i] = workload
+        PodSet.objects.bulk_create([row for i, workload in made for row in drafts[i].pod_set_rows(workload)])
+        WorkloadTransition.objects.bulk_create([
+            WorkloadTransition(workload=workload, from_state="", to_state=WorkloadState.PENDING, reason="submitted",
+                               actor=actor.label) for _, workload in made])
+        audit_record_many(actor=actor, verb="workload.submit",
+                          entries=[(workload, None, {"spec": specs[i]}) for i, workload in made])
+        untied = tie(made) if tie is not None else set()
+        if untied:
+            withdrawn = [workload.pk for i, workload in made if i in untied]
+            AuditEvent.objects.filter(target_type=Workload._meta.label_lower,
+                                      target_id__in=[str(pk) for pk in withdrawn]).delete()
+            Workload.objects.filter(pk__in=withdrawn).delete()
+            for i in untied:
+                answers[i] = None
+        if len(untied) < len(made):
+            round_request_on_commit()
+    return answers
 
 
 def workload_cancel(*, workload: Workload, actor: Actor, reason: str = "", now: datetime | None = None) -> Workload:
