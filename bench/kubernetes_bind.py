@@ -7,7 +7,9 @@
    single-pod Jobs of 1-8 GPUs (one seeded draw). kube-scheduler (default profile, started from the same build)
    binds them once; then the same Jobs, suspended and queue-labelled, go through Fleetdeck (Job watch, placement
    rounds, executor ticks binding via pods/binding). Prints pods bound per second from the Jobs' creation to the
-   last bind, and the fully free nodes left, for both.
+   last bind, and the fully free nodes left, for both; for Fleetdeck also Jobs imported per second (creation of
+   the first to the last one's submission). Each side runs in a namespace of its own, deleted after it (the
+   next side starts once no pod or Job of it is left: the nodes are free again), and the seconds that took.
 2. Gangs: `--gangs` Indexed Jobs of 2-8 pods × 8 GPUs, more than the nodes hold. kube-scheduler binds pod by pod
    and leaves partial gangs (counted); Fleetdeck binds whole gangs or none.
 3. Scale: `--scale-nodes` Nodes; the Node watch's first full sync into an empty inventory, then the lag from a
@@ -39,6 +41,9 @@ K8S_VERSION = os.environ.get("K8S_VERSION", "v1.34.4")
 BIN = Path(os.environ.get("K8S_CACHE", "/var/cache/fleetdeck-k8s")) / K8S_VERSION / "bin"
 SAMPLES = Path(os.environ.get("FLEETDECK_K8S_SAMPLES", ROOT.parent / "shared" / "telemetry" / "k8s_nodes"))
 H100_LABELS = SAMPLES / "nvidia-docs_h100-80gb_mig-single_all-disabled_node-labels.yaml"
+# Each side of each phase has a namespace of its own (fleetdeck-bench-singles-kube-scheduler, ...),
+# deleted whole after it: the cleanup is one call, not thousands, and never waits for what the
+# next side does not see.
 NAMESPACE = "fleetdeck-bench"
 # The tests' lock: they empty the cluster between tests, so the benchmark holds it for its whole run.
 LOCK = Path(tempfile.gettempdir()) / "fleetdeck-k8s-tests.lock"
@@ -91,7 +96,7 @@ def node_body(name: str, *, rack: str, kwok: bool = True) -> dict[str, Any]:
                        "phase": "Running"}}
 
 
-def job_body(name: str, *, pods: int, gpus: int, fleetdeck: bool) -> dict[str, Any]:
+def job_body(name: str, *, namespace: str, pods: int, gpus: int, fleetdeck: bool) -> dict[str, Any]:
     template: dict[str, Any] = {
         "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "3600s",
                                      "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "3600s"}},
@@ -106,7 +111,7 @@ def job_body(name: str, *, pods: int, gpus: int, fleetdeck: bool) -> dict[str, A
         template["spec"]["schedulerName"] = "fleetdeck"
         spec["suspend"] = True
         labels = {"fleetdeck.io/queue": "bench-q", "fleetdeck.io/priority-class": "bench"}
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": NAMESPACE,
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace,
                                                                    "labels": labels}, "spec": spec}
 
 
@@ -116,53 +121,76 @@ def parallel(fn, items, workers: int = 16) -> None:
             pass
 
 
-def reset(admin, *, nodes: bool) -> None:
-    """Deletes this run's Jobs and pods (and Nodes), asking again every 30 s until none is left: a
-    collection delete of thousands outlasts the client's timeout, while the API server goes on."""
+def namespace_create(admin, namespace: str) -> None:
+    admin.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": namespace, "labels": {BENCH_LABEL: "bind"}}})
+
+
+def namespace_delete(admin, namespace: str) -> float:
+    """Deletes a side's namespace: its pods at once (grace 0, so kwok need not play their
+    termination), then the namespace, whose controller deletes the Jobs in the background. Waits
+    only until no pod of it is left (the kwok nodes are free again for the next side) and no Job
+    (Fleetdeck's executor lists every Fleetdeck Job); the namespace object itself may go later.
+    Each look is one list of at most one object. Returns the seconds it took."""
     from integrations.kubernetes.client import KubernetesError
 
-    deletes = [(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs", [("propagationPolicy", "Background")]),
-               (f"/api/v1/namespaces/{NAMESPACE}/pods", [("gracePeriodSeconds", "0")])]
-    if nodes:
-        deletes.append(("/api/v1/nodes", [("labelSelector", BENCH_LABEL)]))
-    deadline, asked = time.monotonic() + 600, 0.0
-    while time.monotonic() < deadline:
-        if time.monotonic() - asked > 30:
-            asked = time.monotonic()
-            for path, query in deletes:
-                try:
-                    admin.request("DELETE", path, query=query, timeout=120)
-                except KubernetesError as exc:
-                    print(f"  delete {path}: {exc.message}; asking again", flush=True)
+    t0 = time.monotonic()
+    for path, query in ((f"/api/v1/namespaces/{namespace}/pods", [("gracePeriodSeconds", "0")]),
+                        (f"/api/v1/namespaces/{namespace}", [("propagationPolicy", "Background")])):
         try:
-            left = len(admin.list(f"/api/v1/namespaces/{NAMESPACE}/pods")[0]) + len(
-                admin.list(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs")[0])
-            if nodes:
-                left += len(admin.list("/api/v1/nodes", label_selector=BENCH_LABEL)[0])
+            admin.request("DELETE", path, query=query, timeout=120)
+        except KubernetesError as exc:  # a 504 while the API server goes on; a 404: gone already
+            print(f"  delete {path}: {exc.message}", flush=True)
+    while time.monotonic() - t0 < 900:
+        try:
+            if not any(_first(admin, f"{api}/namespaces/{namespace}/{kind}")
+                       for api, kind in (("/api/v1", "pods"), ("/apis/batch/v1", "jobs"))):
+                return time.monotonic() - t0
         except KubernetesError as exc:  # a loaded API server times a list out (504): look again
-            print(f"  counting what is left: {exc.message}; looking again", flush=True)
-            left = -1
-        if not left:
-            return
+            print(f"  counting what is left in {namespace}: {exc.message}; looking again", flush=True)
+        time.sleep(2)
+    raise SystemExit(f"namespace {namespace} still had pods or Jobs after 15 minutes")
+
+
+def _first(admin, path: str) -> list[dict[str, Any]]:
+    return admin.request("GET", path, query=[("limit", "1")], what=f"list {path}", timeout=(10, 60)).get("items") or []
+
+
+def bench_clear(admin) -> None:
+    """Every namespace and Node an earlier (or this) run of the benchmark made, and nothing else."""
+    namespaces = admin.list("/api/v1/namespaces", label_selector=BENCH_LABEL)[0]
+    for namespace in namespaces:
+        namespace_delete(admin, namespace["metadata"]["name"])
+    admin.request("DELETE", "/api/v1/nodes", query=[("labelSelector", BENCH_LABEL)], timeout=120)
+    t0 = time.monotonic()
+    while admin.list("/api/v1/nodes", label_selector=BENCH_LABEL)[0]:
+        if time.monotonic() - t0 > 600:
+            raise SystemExit("the benchmark's Nodes were not deleted within 10 minutes")
         time.sleep(1)
-    raise SystemExit("the cluster did not empty within 10 minutes")
 
 
-def bound_pods(admin) -> list[dict[str, Any]]:
-    return [p for p in admin.list(f"/api/v1/namespaces/{NAMESPACE}/pods", limit=5000)[0]
-            if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")]
+def bound_pods(admin, namespace: str) -> list[dict[str, Any]]:
+    """The side's pods bound to a node (the API server filters: the unbound are not sent)."""
+    pods, token = [], ""
+    while True:
+        query = [("fieldSelector", "spec.nodeName!="), ("limit", "5000")] + ([("continue", token)] if token else [])
+        page = admin.request("GET", f"/api/v1/namespaces/{namespace}/pods", query=query, timeout=(10, 120))
+        pods += [p for p in page.get("items") or [] if not p["metadata"].get("deletionTimestamp")]
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return pods
 
 
 class Meter:
     """Counts bound pods until no new bind for `quiet` seconds; the rate is over creation → last bind."""
 
-    def __init__(self, admin, t0: float, quiet: float) -> None:
-        self.admin, self.t0, self.quiet = admin, t0, quiet
+    def __init__(self, admin, namespace: str, t0: float, quiet: float) -> None:
+        self.admin, self.namespace, self.t0, self.quiet = admin, namespace, t0, quiet
         self.count, self.last_change = 0, time.monotonic()
         self.last_bind = t0
 
     def sample(self, progress=None) -> bool:
-        pods = bound_pods(self.admin)
+        pods = bound_pods(self.admin, self.namespace)
         now = time.monotonic()
         if len(pods) != self.count:
             self.count, self.last_change, self.last_bind = len(pods), now, now
@@ -171,8 +199,8 @@ class Meter:
             print(f"  {now - self.t0:5.0f} s: {self.count} pods bound; {progress()}", flush=True)
         return now - self.last_change < self.quiet
 
-    def result(self, admin, node_names: list[str], gangs: dict[str, int] | None = None) -> dict[str, Any]:
-        pods = bound_pods(admin)
+    def result(self, node_names: list[str], gangs: dict[str, int] | None = None) -> dict[str, Any]:
+        pods = bound_pods(self.admin, self.namespace)
         used = {p["spec"]["nodeName"] for p in pods}
         out = {"bound": len(pods), "seconds": round(self.last_bind - self.t0, 1),
                "per_second": round(len(pods) / max(0.001, self.last_bind - self.t0), 1),
@@ -187,7 +215,8 @@ class Meter:
         return out
 
 
-def run_kube_scheduler(admin, jobs: list[tuple[str, int, int]], node_names, *, gangs=None) -> dict[str, Any]:
+def run_kube_scheduler(admin, namespace: str, jobs: list[tuple[str, int, int]], node_names, *,
+                       gangs=None) -> dict[str, Any]:
     log = open(K8S_BASE / "log" / "kube-scheduler-bench.log", "ab")  # noqa: SIM115 - closed below
     scheduler = subprocess.Popen(  # noqa: S603 - our own build
         [str(BIN / "kube-scheduler"), f"--kubeconfig={K8S_BASE / 'scheduler.kubeconfig'}", "--leader-elect=false",
@@ -195,26 +224,31 @@ def run_kube_scheduler(admin, jobs: list[tuple[str, int, int]], node_names, *, g
     try:
         time.sleep(3)
         t0 = time.monotonic()
-        parallel(lambda j: admin.request("POST", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs",
-                                         body=job_body(j[0], pods=j[1], gpus=j[2], fleetdeck=False)), jobs)
-        meter = Meter(admin, t0, quiet=QUIET)
-        while meter.sample():
+        parallel(lambda j: admin.request("POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", body=job_body(
+            j[0], namespace=namespace, pods=j[1], gpus=j[2], fleetdeck=False)), jobs)
+        meter = Meter(admin, namespace, t0, quiet=QUIET)
+        while meter.sample(lambda: "kube-scheduler"):
             time.sleep(1)
-        return meter.result(admin, node_names, gangs)
+        return meter.result(node_names, gangs)
     finally:
         scheduler.terminate()
         scheduler.wait(30)
         log.close()
 
 
-def run_fleetdeck(admin, watch, jobs: list[tuple[str, int, int]], node_names, *, gangs=None) -> dict[str, Any]:
+def run_fleetdeck(admin, namespace: str, watch, jobs: list[tuple[str, int, int]], node_names, *,
+                  gangs=None) -> dict[str, Any]:
     """Fleetdeck's processes, each in a thread of its own as they run side by side in production: the
     `kubernetes_watch` process (the Job watch, importing KUBERNETES_JOB_IMPORT_WORKERS Jobs at once),
     and the Celery worker running `scheduling.placement_round` (a round, then an executor tick that
     un-suspends the admitted Jobs and binds the pods) as the submissions' debounced requests ask for
-    it: every DEBOUNCE_SECONDS while Jobs keep coming."""
+    it: every DEBOUNCE_SECONDS while Jobs keep coming. Also says how fast the Jobs became workloads:
+    the imported count over the time from the first Job's creation to the last submission."""
     from django.db import connection
+    from django.db.models import Max
+    from django.utils import timezone
 
+    from scheduling.models import Workload
     from scheduling.services.round_requests import DEBOUNCE_SECONDS
     from scheduling.tasks import placement_round_task
 
@@ -235,13 +269,13 @@ def run_fleetdeck(admin, watch, jobs: list[tuple[str, int, int]], node_names, *,
 
     threads = [threading.Thread(target=loop, args=(lambda: watch.run_for(1), 0), name="kubernetes_watch", daemon=True),
                threading.Thread(target=loop, args=(placement_round_task, DEBOUNCE_SECONDS), name="worker", daemon=True)]
-    t0 = time.monotonic()
+    t0, began_at = time.monotonic(), timezone.now()
     for thread in threads:
         thread.start()
     try:
-        parallel(lambda j: admin.request("POST", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs",
-                                         body=job_body(j[0], pods=j[1], gpus=j[2], fleetdeck=True)), jobs)
-        meter = Meter(admin, t0, quiet=QUIET)
+        parallel(lambda j: admin.request("POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", body=job_body(
+            j[0], namespace=namespace, pods=j[1], gpus=j[2], fleetdeck=True)), jobs)
+        meter = Meter(admin, namespace, t0, quiet=QUIET)
         while meter.sample(workload_states) and not stop.is_set():
             time.sleep(1)
     finally:
@@ -254,7 +288,11 @@ def run_fleetdeck(admin, watch, jobs: list[tuple[str, int, int]], node_names, *,
         watch.abandon()  # what it queued meanwhile; the next phase lists again
     if failures:
         raise failures[0]
-    return meter.result(admin, node_names, gangs)
+    mine = Workload.objects.filter(submitted_at__gte=began_at)
+    imported, last = mine.count(), mine.aggregate(last=Max("submitted_at"))["last"]
+    seconds = (last - began_at).total_seconds() if last else 0.0
+    return {**meter.result(node_names, gangs), "imported": imported,
+            "imported_per_second": round(imported / max(0.001, seconds), 1)}
 
 
 def workload_states() -> str:
@@ -283,7 +321,7 @@ def scale(admin, count: int) -> dict[str, Any]:
     from fleet.models import Node
     from integrations.kubernetes.sync import node_reflector
 
-    reset(admin, nodes=True)
+    bench_clear(admin)
     # Not kwok's: 5,000 lease renewals would be the whole test; the inventory reads the Node objects.
     # A pool of their own, so the first full sync is of these Nodes only (the benchmark's earlier
     # nodes stay in the other pool).
@@ -328,7 +366,7 @@ def scale(admin, count: int) -> dict[str, Any]:
         while Node.objects.select_related("rack").get(name=name).rack.name != f"moved-{attempt}":
             watch.run_for(0.2)
         lags.append(time.monotonic() - t1)
-    reset(admin, nodes=True)
+    bench_clear(admin)
     return {"nodes": count, "first_full_sync_s": round(first_sync, 1),
             "label_change_lag_s": [round(x, 2) for x in lags]}
 
@@ -349,7 +387,7 @@ def main() -> int:
     lock = LOCK.open("w")
     fcntl.flock(lock, fcntl.LOCK_EX)
     # A SIGTERM (a timeout, Ctrl-C from a supervisor) unwinds through the finally below, which
-    # deletes this run's Nodes, Jobs, pods and namespace; only SIGKILL can leave them behind.
+    # deletes this run's Nodes, Jobs, pods and namespaces; only SIGKILL can leave them behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     _setup_django()
     from django.conf import settings
@@ -360,15 +398,9 @@ def main() -> int:
                                "KUBERNETES_NODE_SELECTOR": f"{BENCH_LABEL}=bind"})
     admin = cluster_from(K8S_BASE / "admin.kubeconfig")
     try:
-        admin.request("POST", "/api/v1/namespaces",
-                      body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    except Exception:  # noqa: BLE001 - exists from an earlier run
-        pass
-    try:
         bench(admin, args)
     finally:
-        reset(admin, nodes=True)
-        admin.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}")
+        bench_clear(admin)
         lock.close()
     return 0
 
@@ -378,7 +410,7 @@ def bench(admin, args: argparse.Namespace) -> None:
 
     from integrations.kubernetes.sync import job_reflector, node_reflector
 
-    reset(admin, nodes=True)
+    bench_clear(admin)
     names = [f"b{i}" for i in range(args.nodes)]
     t0 = time.monotonic()
     parallel(lambda n: admin.request("POST", "/api/v1/nodes", body=node_body(n, rack=f"r{int(n[1:]) // 16}")), names)
@@ -399,24 +431,32 @@ def bench(admin, args: argparse.Namespace) -> None:
         if not jobs:
             continue
         skip = args.skip_kube_scheduler == "all" or (args.skip_kube_scheduler == "singles" and sizes is None)
-        ks = {} if skip else run_kube_scheduler(admin, jobs, names, gangs=sizes)
-        print(f"{what}: kube-scheduler {ks}", flush=True)
-        reset(admin, nodes=False)
+        ks: dict[str, Any] = {}
+        if not skip:
+            namespace = f"{NAMESPACE}-{what.split()[0]}-kube-scheduler"
+            namespace_create(admin, namespace)
+            ks = run_kube_scheduler(admin, namespace, jobs, names, gangs=sizes)
+            print(f"{what}: kube-scheduler {ks}; cleanup {namespace_delete(admin, namespace):.0f} s", flush=True)
+        namespace = f"{NAMESPACE}-{what.split()[0]}-fleetdeck"
+        namespace_create(admin, namespace)
         jobs_watch.run_for(1)  # see where the watch stands before Fleetdeck's Jobs arrive
-        fd = run_fleetdeck(admin, jobs_watch, jobs, names, gangs=sizes)
-        print(f"{what}: fleetdeck {fd}", flush=True)
-        reset(admin, nodes=False)
-        jobs_watch.run_for(2)  # the Jobs' deletion cancels their workloads: the GPUs are free again
+        fd = run_fleetdeck(admin, namespace, jobs_watch, jobs, names, gangs=sizes)
+        cleanup = namespace_delete(admin, namespace)
+        t0 = time.monotonic()
+        jobs_watch.run_for(2)  # it lists again: the Jobs' deletion cancels their workloads, the GPUs are free
+        print(f"{what}: fleetdeck {fd}; cleanup {cleanup:.0f} s, its workloads cancelled in "
+              f"{time.monotonic() - t0:.0f} s", flush=True)
         rows.append((what, ks, fd))
     print(f"\n{args.nodes} kwok nodes x 8 GPUs; {args.jobs} single-pod Jobs of 1-8 GPUs; "
           f"{args.gangs} gangs of 2-8 pods")
     print(f"{'':14} {'scheduler':15} {'bound':>6} {'seconds':>8} {'pods/s':>8} {'free nodes':>11} {'whole':>6} "
-          f"{'partial':>8}")
+          f"{'partial':>8} {'imported/s':>11}")
     for what, ks, fd in rows:
         for name, r in (("kube-scheduler", ks), ("fleetdeck", fd)):
             if r:
                 print(f"{what:14} {name:15} {r['bound']:>6} {r['seconds']:>8} {r['per_second']:>8} "
-                      f"{r['free_nodes']:>11} {r.get('whole_gangs', ''):>6} {r.get('partial_gangs', ''):>8}")
+                      f"{r['free_nodes']:>11} {r.get('whole_gangs', ''):>6} {r.get('partial_gangs', ''):>8} "
+                      f"{r.get('imported_per_second', ''):>11}")
     if args.scale_nodes:
         result = scale(admin, args.scale_nodes)
         print(f"\ninventory at {result['nodes']} Nodes: first full sync {result['first_full_sync_s']} s; "
