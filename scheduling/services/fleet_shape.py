@@ -1,12 +1,13 @@
 """What submission reads of the fleet, kept per process until the inventory changes: every node
-that has a flavor with its GPUs (the never-fit check's fleet) and the largest node per flavor (a
-pod set's shape). A submit then costs one index lookup (fleet.inventory.inventory_version)
+that has a flavor with its GPUs and its flavor's product (the never-fit check's fleet) and the
+largest node per flavor (a pod set's shape). A submit then costs one index lookup (fleet.inventory.inventory_version)
 instead of reading every node and GPU and asking the engine again for each multi-GPU workload;
 at Kueue's baseline rate (250 submits a second) the fleet was read ~75 times a second.
 
 A summary is re-read when the inventory's version differs from the one it was read at, and at
 the latest MAX_AGE_SECONDS after it was read: two inventory writes committing out of order can
-leave the newest change row the same after the older one commits (fleet.inventory)."""
+leave the newest change row the same after the older one commits (fleet.inventory). A flavor's
+product is not among what the version follows: a change of it is seen after MAX_AGE_SECONDS."""
 from __future__ import annotations
 
 import threading
@@ -65,9 +66,9 @@ def fleet_shape() -> FleetShape:
 def _read(version: tuple[int, int] | None) -> FleetShape:
     read_at = time.monotonic()
     views: dict[int, NodeView] = {}
-    for pk, name, rack, flavor in Node.objects.filter(flavor__isnull=False).values_list(
-            "pk", "name", "rack__name", "flavor__name"):
-        views[pk] = NodeView(name=name, rack=rack, flavor=flavor)
+    for pk, name, rack, flavor, product in Node.objects.filter(flavor__isnull=False).values_list(
+            "pk", "name", "rack__name", "flavor__name", "flavor__product"):
+        views[pk] = NodeView(name=name, rack=rack, flavor=flavor, product=product)
     for node_id, index, health, mig_on, mig_insts in Gpu.objects.filter(node__flavor__isnull=False).values_list(
             "node_id", "index", "health", "mig_enabled", "mig_instances"):
         profiles = {str(i.get("profile", "")): [] for i in (mig_insts or []) if isinstance(i, dict)} if mig_on else {}

@@ -21,14 +21,16 @@ def _spec(draft: WorkloadDraft) -> WorkloadSpec:
 
 def _pod_set(ps: PodSetDraft) -> PodSetSpec:
     return PodSetSpec(name=ps.name, replicas=ps.replicas, gpus_per_replica=ps.gpus_per_replica,
-                      flavor=ps.flavor.name if ps.flavor else None, milli=ps.milli_gpu,
+                      flavor=ps.flavor.name if ps.flavor else None, accepted_products=tuple(ps.accepted_products),
+                      milli=ps.milli_gpu,
                       mig_profile=ps.mig_profile or None)
 
 
 def never_fit_refuse(draft: WorkloadDraft, *, fleet: FleetShape) -> None:
     """Raise ValidationError naming why `draft` could never be placed, even on its flavors'
-    whole fleet (as `fleet` read it) with every GPU free. Only gangs bigger than one GPU are asked: a single GPU or
-    share fits wherever its flavor and profile exist, which parsing checked already."""
+    whole fleet (as `fleet` read it) with every GPU free, its accepted GPU models included. Only gangs bigger
+    than one GPU are asked: a single GPU or share fits wherever its flavor and profile exist, which parsing
+    checked already (one GPU of a model no node has waits as FLAVOR_UNAVAILABLE, naming the models)."""
     if all(ps.replicas * max(1, ps.gpus_per_replica) <= 1 for ps in draft.pod_sets):
         return
     flavors = (None if any(ps.flavor is None for ps in draft.pod_sets)

@@ -172,21 +172,48 @@ def test_a_workload_that_can_never_fit_is_refused_at_submit_naming_why(fleet64, 
     assert not Workload.objects.exists()
 
 
-def test_a_workload_its_accepted_products_can_never_hold_is_unsatisfiable(fleet64, clock):
+@pytest.fixture
+def l40s_node(fleet64):
+    """One 4-GPU L40S node beside the 64 H100s, in research-q's quota."""
     l40s = GpuFlavor.objects.create(name="L40S-48GB", product="NVIDIA L40S", memory_mib=46068)
     node = Node.objects.create(name="l1", rack=Rack.objects.create(name="r3"), flavor=l40s)
     Gpu.objects.bulk_create(Gpu(uuid=f"GPU-l1-{g}", node=node, index=g, product=l40s.product, memory_mib=46068)
                             for g in range(4))
     QueueQuota.objects.create(queue=Queue.objects.get(name="research-q"), flavor=l40s, nominal=16)
-    spec = training("l40s-8", 8, priority="research-batch")
-    spec["pod_sets"] = [{"name": "worker", "replicas": 1, "gpus_per_replica": 8, "accepted_products": ["NVIDIA L40S"]}]
-    waiting = _submit(spec)
+    return l40s
+
+
+def on_products(name: str, gpus: int, *products: str) -> dict:
+    spec = training(name, gpus, priority="research-batch")
+    spec["pod_sets"] = [{"name": "worker", "replicas": 1, "gpus_per_replica": gpus,
+                         "accepted_products": list(products)}]
+    return spec
+
+
+@pytest.mark.parametrize(("products", "fact"), [
+    (["NVIDIA L40S"], "pod set worker needs 8 GPUs on one node; L40S-48GB nodes have 4"),
+    (["NVIDIA B200"], "pod set worker: no node offers an accepted product (NVIDIA B200)"),
+])
+def test_a_workload_its_accepted_products_can_never_hold_is_refused_at_submit(l40s_node, team_member, products,
+                                                                              fact):
+    response = api_for(team_member).post("/api/v1/workloads/", on_products("l40s-8", 8, *products), format="json")
+    assert response.status_code == 400
+    assert response.json()["pod_sets"] == [f"This workload can never fit the whole healthy fleet: {fact}."]
+    assert not Workload.objects.exists()
+    both = api_for(team_member).post("/api/v1/workloads/", on_products("either", 8, "NVIDIA L40S",
+                                                                        "NVIDIA H100 80GB HBM3"), format="json")
+    assert both.status_code == 201, both.content
+
+
+def test_a_workload_its_accepted_products_no_longer_hold_is_unsatisfiable(l40s_node, clock):
+    waiting = _submit(on_products("l40s-4", 4, "NVIDIA L40S"))
+    Gpu.objects.filter(node__name="l1", index=0).update(health=GpuHealth.UNHEALTHY)
 
     run_round(clock)
     waiting.refresh_from_db()
     assert waiting.pending_reason == "UNSATISFIABLE"
-    assert waiting.pending_message == ("can never fit the whole healthy fleet: pod set worker needs 8 GPUs on one "
-                                       "node; L40S-48GB nodes have 4")
+    assert waiting.pending_message == ("can never fit the whole healthy fleet: pod set worker needs 4 free L40S-48GB "
+                                       "GPUs on one node; the most on any node is 3 (3 free in total)")
 
 
 def test_a_workload_the_fleet_shrank_below_is_unsatisfiable_with_the_limiting_fact(fleet64, clock):
