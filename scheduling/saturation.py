@@ -18,7 +18,7 @@ from django.db.models import Count, Min
 from django.utils import timezone
 
 from fleet.choices import NodeState
-from fleet.models import Node
+from fleet.models import GpuFlavor, Node
 
 from .choices import WAITING_STATES, WorkloadState
 from .engine.placement import Kind, need_of
@@ -155,13 +155,27 @@ def unusable_idle(free_by_node: Sequence[tuple[int | None, int]],
     return idle, unusable if waiting else 0
 
 
+NO_FLAVOR = -1  # a flavor id no node has: where a pod set waits that no flavor's GPU model suits
+
+
+def _usable_flavors(flavor_id: int | None, accepted: list[str], products: dict[int, str]) -> list[int | None]:
+    """The flavors a waiting pod set may use (None: any): its own or any, narrowed to those whose
+    GPU model it accepts; NO_FLAVOR when none is, so that it still counts as waiting."""
+    if not accepted:
+        return [flavor_id]
+    candidates = list(products) if flavor_id is None else [flavor_id]
+    return [f for f in candidates if products.get(f) in accepted] or [NO_FLAVOR]
+
+
 def idle_gpus_unusable() -> tuple[int, int]:
     """unusable_idle over the fleet: idle GPUs are healthy ones nothing holds on ready nodes."""
+    products = dict(GpuFlavor.objects.values_list("pk", "product"))
     waiting = [
-        (flavor_id, _per_replica_need(PodSetSpec(name="", replicas=r, gpus_per_replica=g, milli=m,
-                                                 mig_profile=mig or None)))
-        for flavor_id, r, g, m, mig in PodSet.objects.filter(workload__state__in=WAITING_STATES)
-        .values_list("flavor_id", "replicas", "gpus_per_replica", "milli_gpu", "mig_profile")
+        (usable, _per_replica_need(PodSetSpec(name="", replicas=r, gpus_per_replica=g, milli=m,
+                                              mig_profile=mig or None)))
+        for flavor_id, r, g, m, mig, accepted in PodSet.objects.filter(workload__state__in=WAITING_STATES)
+        .values_list("flavor_id", "replicas", "gpus_per_replica", "milli_gpu", "mig_profile", "accepted_products")
+        for usable in _usable_flavors(flavor_id, list(accepted or []), products)
     ]
     free = Node.objects.filter(state=NodeState.READY).with_free_gpus().values_list("flavor_id", "gpu_free")
     return unusable_idle(list(free), waiting)

@@ -111,6 +111,19 @@ def test_fragmentation_counts_idle_gpus_of_nodes_too_small_for_what_waits(resear
     assert saturation(now=clock.now).idle_gpus_unusable == 0
 
 
+def test_fragmentation_counts_idle_gpus_of_models_no_waiting_workload_accepts(research_queue, team_member, clock):
+    api = api_for(team_member)
+    b200 = training("b200-only", 1, priority="research-batch")
+    b200["pod_sets"][0].update(flavor=None, accepted_products=["NVIDIA B200"])
+    submit(api, **b200)
+    sat = saturation(now=clock.now)
+    assert sat.idle_gpus > 0 and sat.idle_gpus_unusable == sat.idle_gpus  # nothing waiting can use an H100
+    h100 = training("h100-ok", 1, priority="research-batch")
+    h100["pod_sets"][0].update(flavor=None, accepted_products=["NVIDIA H100 80GB HBM3"])
+    submit(api, **h100)
+    assert saturation(now=clock.now).idle_gpus_unusable == 0
+
+
 def test_the_api_gives_the_overviews_saturation_numbers(research_queue, team_member, viewer, clock):
     Node.objects.update(state=NodeState.CORDONED)
     submit(api_for(team_member), **training("urgent", 8))
