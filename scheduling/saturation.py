@@ -169,12 +169,14 @@ def _usable_flavors(flavor_id: int | None, accepted: list[str], products: dict[i
 
 def idle_gpus_unusable() -> tuple[int, int]:
     """unusable_idle over the fleet: idle GPUs are healthy ones nothing holds on ready nodes."""
-    products = dict(GpuFlavor.objects.values_list("pk", "product"))
+    rows = list(PodSet.objects.filter(workload__state__in=WAITING_STATES).values_list(
+        "flavor_id", "replicas", "gpus_per_replica", "milli_gpu", "mig_profile", "accepted_products"))
+    # The flavors' models are read only when some waiting pod set names models (one query less per overview).
+    products = dict(GpuFlavor.objects.values_list("pk", "product")) if any(row[5] for row in rows) else {}
     waiting = [
         (usable, _per_replica_need(PodSetSpec(name="", replicas=r, gpus_per_replica=g, milli=m,
                                               mig_profile=mig or None)))
-        for flavor_id, r, g, m, mig, accepted in PodSet.objects.filter(workload__state__in=WAITING_STATES)
-        .values_list("flavor_id", "replicas", "gpus_per_replica", "milli_gpu", "mig_profile", "accepted_products")
+        for flavor_id, r, g, m, mig, accepted in rows
         for usable in _usable_flavors(flavor_id, list(accepted or []), products)
     ]
     free = Node.objects.filter(state=NodeState.READY).with_free_gpus().values_list("flavor_id", "gpu_free")
