@@ -47,3 +47,12 @@ def test_a_refresh_period_outside_1_to_15_seconds_stops_start_up_with_one_line(v
                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     assert run.returncode != 0
     assert f"LIVE_REFRESH_SECONDS must be between 1 and 15, not {value}" in run.stderr
+
+
+def test_no_vendored_script_names_a_cdn_to_load_assets_from():
+    # Air-gapped fleets: Plotly's one asset default (topojsonURL, geo map outlines) points at our static URL.
+    for script in (STATIC / "vendor").glob("*.js"):
+        text = script.read_text()
+        assert "cdn." not in text and "unpkg.com" not in text and "jsdelivr" not in text, script.name
+    assert 'topojsonURL:{valType:"string",noBlank:!0,dflt:"/static/vendor/topojson/"}' in (
+        STATIC / "vendor" / "plotly-basic.min.js").read_text()
