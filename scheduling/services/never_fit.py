@@ -28,10 +28,10 @@ def _pod_set(ps: PodSetDraft) -> PodSetSpec:
 
 def never_fit_refuse(draft: WorkloadDraft, *, fleet: FleetShape) -> None:
     """Raise ValidationError naming why `draft` could never be placed, even on its flavors'
-    whole fleet (as `fleet` read it) with every GPU free, its accepted GPU models included. Only gangs bigger
-    than one GPU are asked: a single GPU or share fits wherever its flavor and profile exist, which parsing
-    checked already (one GPU of a model no node has waits as FLAVOR_UNAVAILABLE, naming the models)."""
-    if all(ps.replicas * max(1, ps.gpus_per_replica) <= 1 for ps in draft.pod_sets):
+    whole fleet (as `fleet` read it) with every GPU free, its accepted GPU models included. A single GPU or
+    share that takes any model is not asked: it fits wherever its flavor and profile exist, which parsing
+    checked already; one limited to models no node offers is refused like a gang."""
+    if all(ps.replicas * max(1, ps.gpus_per_replica) <= 1 and not ps.accepted_products for ps in draft.pod_sets):
         return
     flavors = (None if any(ps.flavor is None for ps in draft.pod_sets)
                else frozenset(ps.flavor.name for ps in draft.pod_sets))

@@ -190,13 +190,14 @@ def on_products(name: str, gpus: int, *products: str) -> dict:
     return spec
 
 
-@pytest.mark.parametrize(("products", "fact"), [
-    (["NVIDIA L40S"], "pod set worker needs 8 GPUs on one node; L40S-48GB nodes have 4"),
-    (["NVIDIA B200"], "pod set worker: no node offers an accepted product (NVIDIA B200)"),
+@pytest.mark.parametrize(("gpus", "products", "fact"), [
+    (8, ["NVIDIA L40S"], "pod set worker needs 8 GPUs on one node; L40S-48GB nodes have 4"),
+    (8, ["NVIDIA B200"], "pod set worker: no node offers an accepted product (NVIDIA B200)"),
+    (1, ["NVIDIA B200"], "pod set worker: no node offers an accepted product (NVIDIA B200)"),
 ])
-def test_a_workload_its_accepted_products_can_never_hold_is_refused_at_submit(l40s_node, team_member, products,
-                                                                              fact):
-    response = api_for(team_member).post("/api/v1/workloads/", on_products("l40s-8", 8, *products), format="json")
+def test_a_workload_its_accepted_products_can_never_hold_is_refused_at_submit(l40s_node, team_member, gpus,
+                                                                              products, fact):
+    response = api_for(team_member).post("/api/v1/workloads/", on_products("l40s-8", gpus, *products), format="json")
     assert response.status_code == 400
     assert response.json()["pod_sets"] == [f"This workload can never fit the whole healthy fleet: {fact}."]
     assert not Workload.objects.exists()

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from core.actors import Actor
 from fleet.choices import NodeState
-from fleet.models import Node
+from fleet.models import Gpu, GpuFlavor, Node, Rack
 from scheduling.models import Workload
 from scheduling.saturation import quantile, saturation, unusable_idle
 from scheduling.services import workload_stop_gang
@@ -113,9 +113,13 @@ def test_fragmentation_counts_idle_gpus_of_nodes_too_small_for_what_waits(resear
 
 def test_fragmentation_counts_idle_gpus_of_models_no_waiting_workload_accepts(research_queue, team_member, clock):
     api = api_for(team_member)
+    b200_flavor = GpuFlavor.objects.create(name="B200-180GB", product="NVIDIA B200", memory_mib=183359)
+    b200_node = Node.objects.create(name="b1", rack=Rack.objects.create(name="rb"), flavor=b200_flavor)
+    Gpu.objects.create(uuid="GPU-b1-0", node=b200_node, index=0, product=b200_flavor.product, memory_mib=183359)
     b200 = training("b200-only", 1, priority="research-batch")
     b200["pod_sets"][0].update(flavor=None, accepted_products=["NVIDIA B200"])
     submit(api, **b200)
+    b200_node.delete()  # the only B200 node leaves after the workload was accepted: it waits for one
     sat = saturation(now=clock.now)
     assert sat.idle_gpus > 0 and sat.idle_gpus_unusable == sat.idle_gpus  # nothing waiting can use an H100
     h100 = training("h100-ok", 1, priority="research-batch")
