@@ -42,11 +42,17 @@ class NodeTable(tables.Table):
 
 
 class GpuTable(tables.Table):
-    node = tables.Column(accessor="node__name", linkify=("console:node", {"name": tables.A("node__name")}))
+    node = tables.Column(accessor="node__name", verbose_name="Node",
+                         linkify=("console:node", {"name": tables.A("node__name")}))
     rack = tables.Column(accessor="node__rack__name", verbose_name="Rack")
     flavor = tables.Column(accessor="node__flavor__name", verbose_name="Flavor", default="—")
     index = tables.Column(verbose_name="GPU")
     allocated = tables.BooleanColumn(yesno="allocated,idle", verbose_name="Held")
+    # Model-derived headers would read "Uuid", "Pci bus id" and "Memory mib".
+    uuid = tables.Column(verbose_name="UUID")
+    pci_bus_id = tables.Column(verbose_name="PCI bus ID")
+    memory_mib = tables.Column(verbose_name="Memory (MiB)")
+    mig_enabled = tables.BooleanColumn(verbose_name="MIG")
 
     class Meta:
         model = Gpu

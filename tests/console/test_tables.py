@@ -121,6 +121,13 @@ def test_the_gpus_table_searches_and_filters(inventory, page):
     assert page.get("/gpus/", {"flavor": "A100"}).content.decode().count("GPU-n5-") == 4
 
 
+def test_the_gpus_export_heads_its_columns_as_operators_write_them(inventory, page):
+    exported = list(csv.reader(io.StringIO(page.get("/gpus/", {"_export": "csv", "q": "GPU-n2-3"}).content.decode())))
+    assert exported[0] == ["Node", "GPU", "Rack", "Flavor", "UUID", "PCI bus ID", "Product", "Memory (MiB)",
+                           "Health", "MIG", "Sharing mode", "Held"]
+    assert exported[1][:5] == ["n2", "3", "r1", "H100", "GPU-n2-3"]
+
+
 def test_the_workloads_table_sorts_by_priority_and_exports(inventory, page):
     body = page.get("/scheduling/workloads/", {"sort": "priority"}).content.decode()
     assert first_cells(body, "workloads")[0] == "train-a"  # the highest priority first
