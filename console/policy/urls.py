@@ -1,9 +1,13 @@
+from django.contrib.auth.decorators import login_required
 from django.urls import path
+from django.views.generic import RedirectView
 
 from . import views
 
 # Included by console.urls under its app namespace ("console:policy-...").
 urlpatterns = [
+    # The policy pages have no page of their own above them: /policy/ opens the first of them.
+    path("", login_required(RedirectView.as_view(pattern_name="console:policy-teams")), name="policy"),
     path("teams/", views.teams, name="policy-teams"),
     path("teams/new/", views.team_new, name="policy-team-new"),
     path("teams/<int:pk>/", views.team_edit, name="policy-team"),

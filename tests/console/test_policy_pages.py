@@ -24,6 +24,13 @@ def test_everyone_reads_the_lists_but_only_operators_see_new(client, operator, v
     assert 'id="new"' in client.get(url).content.decode()
 
 
+def test_the_policy_address_opens_its_first_list_after_login(client, viewer):
+    assert client.get("/policy/")["Location"].startswith("/login/")
+    client.force_login(viewer)
+    page = client.get("/policy/", follow=True)
+    assert page.redirect_chain == [("/policy/teams/", 302)] and page.status_code == 200
+
+
 @pytest.mark.parametrize("url", FORMS)
 def test_viewers_and_team_members_are_refused_the_forms(client, viewer, team_member, url):
     for user in (viewer, team_member):
