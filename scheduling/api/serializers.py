@@ -4,6 +4,7 @@ for API, pages and commands); these serializers only render."""
 from __future__ import annotations
 
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from scheduling import limits
@@ -111,6 +112,30 @@ class DeviceSerializer(serializers.Serializer):
     uuid = serializers.CharField(required=False, help_text="The GPU's UUID, where the driver's ResourceSlice gives it")
 
 
+class PlacementSerializer(serializers.Serializer):
+    """One replica's GPUs now (scheduling.selectors.workload_placements): the OpenAPI shape."""
+
+    pod_set = serializers.CharField()
+    replica = serializers.IntegerField()
+    node = serializers.CharField()
+    gpus = serializers.ListField(child=serializers.IntegerField(), help_text="GPU indices on the node")
+
+
+class CheckpointAdviceSerializer(serializers.Serializer):
+    """Young's checkpoint interval with its inputs (scheduling.selectors.checkpoint_advice): the OpenAPI shape."""
+
+    enabled = serializers.BooleanField()
+    write_seconds = serializers.FloatField()
+    gpus = serializers.IntegerField()
+    mtbf_per_gpu_hours = serializers.FloatField()
+    mtbf_source = serializers.CharField()
+    job_mtbf_hours = serializers.FloatField(allow_null=True)
+    job_mtbf_source = serializers.CharField()
+    interval_seconds = serializers.IntegerField(allow_null=True)
+    current_interval_seconds = serializers.IntegerField(allow_null=True)
+    expected_loss_per_failure_seconds = serializers.IntegerField(allow_null=True)
+
+
 class WorkloadDetailSerializer(WorkloadListSerializer):
     placements = serializers.SerializerMethodField()
     devices = DeviceSerializer(many=True, read_only=True, help_text=(
@@ -134,9 +159,11 @@ class WorkloadDetailSerializer(WorkloadListSerializer):
             "checkpoint",
         ]
 
+    @extend_schema_field(PlacementSerializer(many=True))
     def get_placements(self, obj: Workload) -> list[dict]:
         return workload_placements(obj)
 
+    @extend_schema_field(CheckpointAdviceSerializer)
     def get_checkpoint(self, obj: Workload) -> dict:
         advice = checkpoint_advice(obj, now=timezone.now())
         advice["enabled"] = obj.checkpoint_enabled

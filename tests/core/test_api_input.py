@@ -241,3 +241,12 @@ def test_the_schema_documents_the_400_of_bodies_and_pages(operator):
 
 def _json(value) -> str:
     return json.dumps(value)
+
+
+def test_the_schema_types_a_workloads_placements_and_checkpoint_advice(operator):
+    components = api_for(operator).get("/api/v1/schema/", {"format": "json"}).json()["components"]["schemas"]
+    detail = components["WorkloadDetail"]["properties"]
+    assert detail["placements"]["items"]["$ref"].endswith("/Placement")
+    assert set(components["Placement"]["properties"]) == {"pod_set", "replica", "node", "gpus"}
+    advice = components["CheckpointAdvice"]["properties"]
+    assert {"enabled", "interval_seconds", "mtbf_source", "expected_loss_per_failure_seconds"} <= set(advice)
