@@ -12,7 +12,7 @@ from __future__ import annotations
 MAX_POD_SETS = 16
 MAX_REPLICAS = 4096  # replicas of one pod set
 MAX_GPUS_PER_REPLICA = 64  # the largest node decides the real limit; this caps the number first
-MAX_GPUS_PER_WORKLOAD = 32768  # replicas × GPUs per replica, over all pod sets
+MAX_GPUS_PER_WORKLOAD = 32768  # GPUs asked (scheduling.usage.pod_sets_gpus), over all pod sets
 # More than any accepted workload's Workload.gpus_asked: the bound of the size filters.
 MAX_GPUS_ASKED = MAX_POD_SETS * MAX_REPLICAS * MAX_GPUS_PER_REPLICA
 MAX_CPU_MILLICORES = 1_024_000  # 1,024 cores per replica

@@ -345,7 +345,7 @@ def parse_spec(spec: Any, *, fleet: FleetShape | None = None) -> WorkloadDraft:
     names = [ps.name for ps in pod_sets]
     if len(set(names)) != len(names):
         raise _fail("pod_sets", "Pod set names must be unique.")
-    total = sum(ps.replicas * ps.gpus_per_replica for ps in pod_sets)
+    total = pod_sets_gpus(pod_sets)  # "GPUs asked", as quota and the size filters count it
     if total > limits.MAX_GPUS_PER_WORKLOAD:
         raise _fail("pod_sets", f"At most {limits.MAX_GPUS_PER_WORKLOAD} GPUs in one workload, not {total}.")
     draft = WorkloadDraft(name=name, team=team, queue=queue, priority_class=priority, pod_sets=pod_sets)
