@@ -88,7 +88,7 @@ def _saturation() -> Iterable[Metric]:
                                  labels=["size"])
         for row in sat.wait_by_size:
             if getattr(row, attr) is not None:
-                wait.add_metric([row.label], getattr(row, attr))
+                wait.add_metric([row.size], getattr(row, attr))
         yield wait
     if sat.time_to_bind_p95_seconds is not None:
         yield GaugeMetricFamily("fleetdeck_time_to_bind_p95_seconds", f"p95 time to admission, {window}",

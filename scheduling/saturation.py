@@ -26,9 +26,10 @@ from .engine.types import PodSetSpec
 from .models import PodSet, Preemption, PriorityClass, Workload, WorkloadTransition
 
 WINDOW = timedelta(hours=24)
-# (smallest, largest GPUs asked, label): a single GPU, one node's worth, a rack's, more.
-SIZE_BUCKETS: tuple[tuple[int, int | None, str], ...] = (
-    (0, 1, "≤ 1 GPU"), (2, 8, "2–8 GPUs"), (9, 32, "9–32 GPUs"), (33, None, "33+ GPUs"),
+# (smallest, largest GPUs asked, label, /metrics size label): a single GPU, one node's worth, a rack's,
+# more. The page's words; /metrics gets plain ASCII a PromQL matcher is easy to type.
+SIZE_BUCKETS: tuple[tuple[int, int | None, str, str], ...] = (
+    (0, 1, "≤ 1 GPU", "1"), (2, 8, "2–8 GPUs", "2-8"), (9, 32, "9–32 GPUs", "9-32"), (33, None, "33+ GPUs", "33+"),
 )
 
 
@@ -52,6 +53,7 @@ class ClassPending:
 @dataclass(frozen=True, slots=True)
 class WaitBySize:
     label: str
+    size: str  # the /metrics label
     admissions: int
     p50_seconds: float | None
     p95_seconds: float | None
@@ -102,7 +104,7 @@ def admissions(*, since: datetime | None = None) -> list[Admission]:
 
 
 def _size_label(gpus: int) -> str:
-    return next(label for low, high, label in SIZE_BUCKETS if gpus >= low and (high is None or gpus <= high))
+    return next(label for low, high, label, _ in SIZE_BUCKETS if gpus >= low and (high is None or gpus <= high))
 
 
 def _gpus_asked(workload_ids) -> dict[int, int]:
@@ -114,8 +116,8 @@ def wait_by_size(recent: Sequence[Admission]) -> list[WaitBySize]:
     waits: dict[str, list[float]] = defaultdict(list)
     for a in recent:
         waits[_size_label(asked.get(a.workload_id, 0))].append(a.wait_seconds)
-    return [WaitBySize(label, len(waits[label]), quantile(waits[label], 0.5), quantile(waits[label], 0.95))
-            for _, _, label in SIZE_BUCKETS]
+    return [WaitBySize(label, size, len(waits[label]), quantile(waits[label], 0.5), quantile(waits[label], 0.95))
+            for _, _, label, size in SIZE_BUCKETS]
 
 
 def pending_by_class(now: datetime) -> list[ClassPending]:

@@ -151,4 +151,4 @@ def test_metrics_give_the_queue_wait_by_size(research_queue, team_member, client
     got = families(client)
     p50 = {s.labels["size"]: s.value for s in got["fleetdeck_queue_wait_p50_seconds"].samples}
     p95 = {s.labels["size"]: s.value for s in got["fleetdeck_queue_wait_p95_seconds"].samples}
-    assert p50 == {"2–8 GPUs": pytest.approx(4.0)} and p95 == p50
+    assert p50 == {"2-8": pytest.approx(4.0)} and p95 == p50
