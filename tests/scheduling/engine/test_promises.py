@@ -7,7 +7,7 @@ import pytest
 from scheduling.engine import SchedulerConfig
 from scheduling.engine.types import PendingReason, PreemptionReason, Topology
 
-from .builders import NOW, Case, SnapshotBuilder, case, run
+from .builders import NOW, Case, SnapshotBuilder, case, nodes_of, run
 
 ALL = tuple(range(8))
 BORROWING = PendingReason.BORROWING_LIMIT
@@ -312,4 +312,40 @@ QUOTA_ETA_CASES = [
 
 @pytest.mark.parametrize("c", QUOTA_ETA_CASES)
 def test_eta_of_workloads_waiting_for_quota(c: Case) -> None:
+    run(c)
+
+
+# --- after a failure: the three choices the workload page offers, as the round carries them out --
+def seed_after_failure() -> SnapshotBuilder:
+    """The seed's shape after n2's fault: rack r1 keeps n1, n3 and n4 (n2 cordoned), r2 has n5 and n6."""
+    return (SnapshotBuilder().queue("q").nodes("n1", "n3", "n4").node("n2", schedulable=False, reason="cordoned")
+            .nodes("n5", "n6", rack="r2"))
+
+
+def restart(required: bool, elastic_min: int | None = None) -> SnapshotBuilder:
+    return seed_after_failure().job(1, "train-a", replicas=4, gpus=8, topology=Topology.RACK, required=required,
+                                    elastic_min=elastic_min)
+
+
+RACK_OF = {"n1": "r1", "n3": "r1", "n4": "r1", "n5": "r2", "n6": "r2"}
+
+
+def spans_both_racks(result) -> None:
+    assert {RACK_OF[node] for node in nodes_of(result.admitted[0])} == {"r1", "r2"}
+
+
+AFTER_FAILURE_CASES = [
+    case("accept_restarts_it_whole_across_racks",
+         restart(required=False), want_admitted=[1], want_placements={1: 4}, check=spans_both_racks),
+    case("wait_holds_it_for_one_rack_while_no_rack_has_four_nodes",
+         restart(required=True), want_admitted=[], want_waiting=[1]),
+    case("elastic_restarts_it_smaller_inside_one_rack",
+         restart(required=True, elastic_min=3), want_admitted=[1], want_nodes={1: ["n1", "n3", "n4"]}),
+    case("elastic_below_what_one_rack_holds_still_waits",
+         restart(required=True, elastic_min=4), want_admitted=[], want_waiting=[1]),
+]
+
+
+@pytest.mark.parametrize("c", AFTER_FAILURE_CASES)
+def test_after_a_failure_each_choice_places_as_the_page_says(c: Case) -> None:
     run(c)
