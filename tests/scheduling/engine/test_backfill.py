@@ -62,12 +62,18 @@ def test_backfill(c: Case) -> None:
     run(c)
 
 
-# Young's interval is a formula, not a round.
-def test_youngs_interval_matches_the_seed_example():
-    # C = 2 min, job MTBF 10 h (a 32-GPU job on GPUs with a 320 h MTBF each): about 49 minutes.
-    interval = checkpoint_interval(120, 320 * 3600, 32)
-    assert interval == pytest.approx(math.sqrt(2 * 120 * 36000))
-    assert 48 * 60 < interval < 50 * 60
+# Young's interval is a formula, not a round: sqrt(2 * C * MTBF_job), MTBF_job = per-GPU MTBF / GPUs.
+@pytest.mark.parametrize(("write_s", "mtbf_per_gpu_h", "gpus", "minutes"), [
+    pytest.param(120, 320, 32, 49.0, id="seed: C 2 min, 32 GPUs of 320 h each (job MTBF 10 h) -> about 49 min"),
+    pytest.param(120, 320, 8, 98.0, id="a quarter the GPUs: four times the job MTBF, twice the interval"),
+    pytest.param(30, 320, 32, 24.5, id="a quarter the write time: half the interval"),
+    pytest.param(600, 50_000, 1, 7746.0, id="one GPU of 50,000 h, C 10 min: about 5.4 days"),
+    pytest.param(0, 320, 32, 0.0, id="free checkpoints: checkpoint continuously"),
+])
+def test_youngs_interval_table(write_s, mtbf_per_gpu_h, gpus, minutes):
+    interval = checkpoint_interval(write_s, mtbf_per_gpu_h * 3600, gpus)
+    assert interval == pytest.approx(math.sqrt(2 * write_s * mtbf_per_gpu_h * 3600 / gpus))
+    assert interval / 60 == pytest.approx(minutes, abs=0.5)
 
 
 def test_bigger_jobs_checkpoint_more_often():
