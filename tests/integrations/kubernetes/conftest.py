@@ -9,9 +9,11 @@ their whole run and leave it empty: no Jobs, no Nodes."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,11 +26,13 @@ from integrations.kubernetes.client import Cluster, KubernetesError
 from integrations.kubernetes.jobs import QUEUE_LABEL, WORKLOAD_LABEL
 from integrations.kubernetes.nodes import CORDON_TAINT
 from integrations.kubernetes.sync import job_reflector, node_reflector
+from integrations.kubernetes.watch import Reflector
 from tests.conftest import missing_service
 
 from .samples import h100_node
 
 K8S_BASE = Path(os.environ.get("K8S_BASE", "/tmp/fleetdeck-k8s"))
+ETCD = f"http://127.0.0.1:{os.environ.get('K8S_ETCD_PORT', '12379')}"
 LOCK = Path(tempfile.gettempdir()) / "fleetdeck-k8s-tests.lock"
 NAMESPACE = "fleetdeck-tests"
 KWOK = {"kwok.x-k8s.io/node": "fake"}
@@ -94,6 +98,14 @@ class Kube:
         """One watch window of each: Fleetdeck catches up with what happened in the cluster."""
         self.nodes_watch.run_for(seconds)
         self.jobs_watch.run_for(seconds)
+
+    def expire(self, watch: Reflector) -> None:
+        """The watch's version is compacted away, as on a cluster that ran long while it was off:
+        etcd is compacted at its current revision and the watch resumes from before it, so the API
+        server answers 410 Gone (cluster.sh serves nodes and Jobs from etcd, not the watch cache)."""
+        revision = _etcd("range", {"key": "AA=="})["header"]["revision"]
+        _etcd("compaction", {"revision": revision, "physical": True})
+        watch.resource_version = "1"
 
     def add_nodes(self, nodes: list[dict[str, Any]]) -> None:
         for node in nodes:
@@ -218,6 +230,14 @@ def kube(k8s_admin, k8s_settings, celery_eager, db) -> Iterator[Kube]:
             yield cluster
         finally:
             cluster.reset()
+
+
+def _etcd(call: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One call of etcd's JSON gateway (/v3/kv/<call>)."""
+    request = urllib.request.Request(f"{ETCD}/v3/kv/{call}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
 
 
 def seed_nodes(count: int = 8, per_rack: int = 4) -> list[dict[str, Any]]:

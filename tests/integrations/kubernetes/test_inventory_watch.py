@@ -66,7 +66,7 @@ def test_a_watch_whose_version_is_gone_lists_again(kube):
     kube.add_nodes(seed_nodes(2, per_rack=2))
     kube.sync()
     assert kube.nodes_watch.lists == 1
-    kube.nodes_watch.resource_version = "1"  # compacted away long ago: the API server answers 410 Gone
+    kube.expire(kube.nodes_watch)
     kube.add_nodes([seed_nodes(3, per_rack=2)[2]])
     kube.sync()
     assert kube.nodes_watch.lists == 2
@@ -80,10 +80,11 @@ def test_a_job_deleted_while_the_watch_was_gone_cancels_its_workload(kube, team)
     kube.submit_job("gone", pods=1, gpus=8)
     kube.sync()
     assert Workload.objects.get(name="gone").state == "pending"
-    kube.jobs_watch.resource_version = "1"  # the next watch gets 410 Gone and lists again
+    kube.expire(kube.jobs_watch)
     kube.admin.request("DELETE", "/apis/batch/v1/namespaces/fleetdeck-tests/jobs/gone",
                        query=[("propagationPolicy", "Background")])
     kube.sync()
+    assert kube.jobs_watch.lists == 2  # the delete was learnt from the list after 410 Gone
     assert Workload.objects.get(name="gone").state == "cancelled"
 
 
@@ -116,7 +117,7 @@ def test_a_job_another_fleetdeck_database_left_with_the_same_workload_id_is_not_
     assert kube.job(left["metadata"]["name"])["spec"]["suspend"] is True  # not un-suspended as ours
     assert kube.pods_of(left["metadata"]["name"]) == []
 
-    kube.jobs_watch.resource_version = "1"  # the next watch gets 410 Gone and lists again
+    kube.expire(kube.jobs_watch)
     kube.admin.request("DELETE", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/mine",
                        query=[("propagationPolicy", "Background")])
     kube.sync()  # the other database's Job with the same id does not keep ours alive

@@ -51,7 +51,7 @@ def _relist_twice(kube, watch, names: list[str]) -> None:
     assert Workload.objects.get(name="gone").state == "cancelled"
 
     # 410 Gone: it lists again, the same Jobs, and takes none of them twice.
-    watch.resource_version = "1"
+    kube.expire(watch)
     watch.run_for(1)
     assert watch.lists == 2
     assert Workload.objects.filter(name__startswith="listed-").count() == len(names)
