@@ -3,7 +3,7 @@
 One implementation of the moves both backends mirror, on top of fleet.services (the only writer of
 Node rows), health's conditions and scheduling's gang stop: a node heard from again, a node taken out
 of service or put back in the backend itself, and the workloads of a node that stopped responding.
-Each caller records the node's name in its own sync result."""
+Each caller records the node's name in its own sync result (a SyncSummary)."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -17,6 +17,19 @@ from fleet.services import Mover, node_cordon, node_state_move, node_uncordon
 from health.choices import EventKind
 from health.services import condition_resolve
 from scheduling.services import workload_stop_gang, workloads_on_node
+
+
+class SyncSummary:
+    """Base of a backend's sync result, a dataclass whose fields are lists of node (or workload) names,
+    one per kind of change."""
+
+    def summary(self) -> str:
+        parts = [f"{name}: {', '.join(values)}" for name, values in vars(self).items() if values]
+        return "; ".join(parts) or "no changes"
+
+    def merge(self, other: SyncSummary) -> None:
+        for name, values in vars(other).items():
+            getattr(self, name).extend(values)
 
 
 def node_came_back(*, node: Node, reason: str, source: str, actor: Actor, now: datetime) -> None:

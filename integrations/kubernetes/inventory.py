@@ -41,6 +41,7 @@ from fleet.services import (
 from health.choices import EventKind, EventSource
 from health.services import condition_record, condition_resolve
 from integrations import node_mirror
+from integrations.node_mirror import SyncSummary
 
 from .nodes import DEFAULT_TOPOLOGY, NodeFacts, mig_layout
 
@@ -75,7 +76,7 @@ def topology_levels() -> dict[str, str]:
 
 
 @dataclass
-class SyncResult:
+class SyncResult(SyncSummary):
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
@@ -86,14 +87,6 @@ class SyncResult:
     gpus_unhealthy: list[str] = field(default_factory=list)
     requeued: list[str] = field(default_factory=list)  # workload names
     conflicts: list[str] = field(default_factory=list)
-
-    def summary(self) -> str:
-        parts = [f"{name}: {', '.join(values)}" for name, values in vars(self).items() if values]
-        return "; ".join(parts) or "no changes"
-
-    def merge(self, other: SyncResult) -> None:
-        for name, values in vars(other).items():
-            getattr(self, name).extend(values)
 
 
 def nodes_reconcile(*, nodes: Iterable[NodeFacts], actor: Actor = SYNC_ACTOR, complete: bool = False) -> SyncResult:

@@ -38,6 +38,7 @@ from fleet.services import (
 from health.choices import EventKind, EventSource
 from health.services import condition_record
 from integrations import node_mirror
+from integrations.node_mirror import SyncSummary
 
 from . import parsers
 from .cli import SlurmCli, get_cli
@@ -53,7 +54,7 @@ _DEFAULT_PRODUCT = ("NVIDIA H100 80GB HBM3", 81559)
 
 
 @dataclass
-class SyncResult:
+class SyncResult(SyncSummary):
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     cordoned: list[str] = field(default_factory=list)
@@ -63,10 +64,6 @@ class SyncResult:
     missing: list[str] = field(default_factory=list)
     requeued: list[str] = field(default_factory=list)  # workload names
     conflicts: list[str] = field(default_factory=list)
-
-    def summary(self) -> str:
-        parts = [f"{name}: {', '.join(values)}" for name, values in vars(self).items() if values]
-        return "; ".join(parts) or "no changes"
 
 
 def _conf(key: str, default: Any = None) -> Any:
