@@ -10,7 +10,7 @@ import pytest
 from core.actors import Actor
 from scheduling.choices import WorkloadState
 from scheduling.models import Preemption, Queue, QueueQuota, Workload
-from scheduling.services import workload_finish, workload_submit
+from scheduling.services import workload_cancel, workload_finish, workload_submit
 from scheduling.state_cache import state_cache_clear
 from tests.cluster import make_cluster, run_round, training
 
@@ -112,3 +112,28 @@ def test_rounds_at_rest_keep_the_reasons_a_full_decision_gives(small, clock, set
     clock.advance(1)
     run_round(clock)
     assert {w.pk: _state(w) for w in waiting} == kept
+
+
+def test_after_rounds_at_rest_the_pending_count_follows_arrivals_and_cancels_beyond_the_considered_heads(
+        small, clock, settings):
+    """A round reports every waiting workload (the PlacementRound row, /metrics), not only the heads
+    it considered: arrivals and cancels behind the heads change it, rounds at rest or not."""
+    settings.FLEETDECK = {**settings.FLEETDECK, "ROUND_QUEUE_DEPTH": 2}
+    _submit("running", 16)
+    run_round(clock)
+    behind = [_submit(f"waiting-{i}", 8) for i in range(4)]
+    _at_rest(clock)
+    assert run_round(clock).pending == 4
+
+    _submit("late", 8)  # behind the two heads the round reads
+    clock.advance(1)
+    report = run_round(clock)
+    assert report.admitted == [] and report.pending == 5
+    assert report.round.pending == 5
+    _at_rest(clock)
+
+    workload_cancel(workload=behind[-1], actor=OPS, reason="not needed")
+    clock.advance(1)
+    assert run_round(clock).pending == 4
+    clock.advance(1)
+    assert run_round(clock).pending == 4
