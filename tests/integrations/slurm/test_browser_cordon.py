@@ -4,6 +4,8 @@ n5 to idle. A drain Slurm refuses shows on the page as NOT applied, with Slurm's
 Saves artifacts/slurm-node-applied.png and artifacts/slurm-node-failed.png."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from fleet.models import Node, Rack
@@ -12,6 +14,7 @@ from integrations.slurm.sync import SYNC_ACTOR, slurm_inventory_sync
 
 from .conftest import wait_for
 
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # ORM reads while Playwright's loop runs
 pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.browser]
 REASON = "PSU swap in bay 2; ticket #88 <rack r2>"
 
