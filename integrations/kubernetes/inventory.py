@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.conf import settings
@@ -104,11 +104,24 @@ def nodes_reconcile(*, nodes: Iterable[NodeFacts], actor: Actor = SYNC_ACTOR, co
     return result
 
 
-def node_apply(*, facts: NodeFacts, actor: Actor = SYNC_ACTOR) -> SyncResult:
-    """One Node added or changed: inventory, GPUs, readiness and cordon, in one transaction."""
+# What a Node's state (readiness, cordon, annotations) changes of its facts; the rest is its inventory.
+_STATE_FIELDS: dict[str, Any] = {"resource_version": "", "ready": None, "ready_reason": "", "unschedulable": False,
+                                 "taints": (), "cordoned_by_manager": "", "annotations": {}}
+
+
+def same_inventory(before: NodeFacts, after: NodeFacts) -> bool:
+    """Whether two readings of one Node differ only in its state: its rack, flavor and GPUs then stand
+    as the first one left them (the controller marking thousands of Nodes NotReady changes only that)."""
+    return replace(before, **_STATE_FIELDS) == replace(after, **_STATE_FIELDS)
+
+
+def node_apply(*, facts: NodeFacts, actor: Actor = SYNC_ACTOR, inventory_applied: bool = False) -> SyncResult:
+    """One Node added or changed: inventory, GPUs, readiness and cordon, in one transaction.
+    `inventory_applied`: the watch applied this Node's inventory as it is now (same_inventory), so
+    only its state is mirrored (a third fewer statements for each readiness or cordon event)."""
     with transaction.atomic():
         node = Node.objects.select_for_update().filter(name=facts.name).first()
-        return _Reconciler(actor).apply(facts, node)
+        return _Reconciler(actor).apply(facts, node, inventory_applied=inventory_applied)
 
 
 def node_remove(*, name: str, actor: Actor = SYNC_ACTOR) -> SyncResult:
@@ -139,13 +152,16 @@ class _Reconciler:
         self.result = SyncResult()
         self.now = timezone.now()
 
-    def apply(self, facts: NodeFacts, node: Node | None) -> SyncResult:
+    def apply(self, facts: NodeFacts, node: Node | None, *, inventory_applied: bool = False) -> SyncResult:
         if node is not None and node.executor != ExecutorKind.KUBERNETES:
             self.result.conflicts.append(facts.name)
             log.warning("Kubernetes Node %s exists in Fleetdeck with executor %s; not synced", node.name, node.executor)
             return self.result
-        node = self._upsert_node(facts, node)
-        unhealthy = self._sync_gpus(node, facts)
+        if inventory_applied and node is not None:
+            unhealthy = list(node.labels.get("k8s.unhealthy_gpus") or [])
+        else:
+            node = self._upsert_node(facts, node)
+            unhealthy = self._sync_gpus(node, facts)
         labels = {**node.labels, **self._facts_labels(facts), "k8s.unhealthy_gpus": unhealthy}
         if labels.pop("k8s.deleted", False) and node.state == NodeState.UNKNOWN and facts.ready:
             node_state_move(node=node, to=NodeState.READY, by=Mover.LIVENESS, actor=self.actor,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .client import Cluster, WatchEvent
-from .inventory import SYNC_ACTOR, conf, node_apply, node_remove, nodes_reconcile
+from .inventory import SYNC_ACTOR, conf, node_apply, node_remove, nodes_reconcile, same_inventory
 from .job_imports import JOB_SELECTOR, JOBS_PATH, jobs_events, jobs_list
 from .nodes import NodeFacts, node_facts
 from .watch import Reflector
@@ -34,10 +34,11 @@ def node_reflector(cluster: Cluster | None = None) -> Reflector:
             return
         facts = node_facts(event.object)
         same = replace(facts, resource_version="")
-        if applied.get(facts.name) == same:
+        before = applied.pop(facts.name, None)
+        if before == same:
+            applied[facts.name] = same
             return
-        applied.pop(facts.name, None)
-        node_apply(facts=facts, actor=SYNC_ACTOR)
+        node_apply(facts=facts, actor=SYNC_ACTOR, inventory_applied=before is not None and same_inventory(before, same))
         applied[facts.name] = same
 
     return Reflector(path=NODES_PATH, label_selector=str(conf("KUBERNETES_NODE_SELECTOR", "")), on_list=on_list,
