@@ -62,6 +62,33 @@ def test_nodes_racks_and_gpus_follow_the_cluster(kube):
     assert AuditEvent.objects.for_target(n8).filter(verb="node.kubernetes_deleted").exists()
 
 
+def test_a_node_cordoned_in_kubernetes_keeps_its_withdrawn_gpu_and_still_follows_a_relabel(kube):
+    """Events that change only a Node's state (a cordon here) and events that change its inventory
+    (allocatable, labels) come in any order; each leaves Fleetdeck as the Node is."""
+    kube.add_nodes(seed_nodes(2, per_rack=2))
+    kube.sync()
+    kube.admin.request("PATCH", "/api/v1/nodes/n2/status", body={"status": {"allocatable": {"nvidia.com/gpu": "7"}}},
+                       content_type="application/merge-patch+json")
+    kube.sync()
+    kube.cordon_outside("n2")
+    kube.sync()
+    n2 = Node.objects.get(name="n2")
+    assert (n2.state, n2.cordoned_by) == ("cordoned", "kubernetes")
+    assert list(Gpu.objects.filter(node=n2, health="unhealthy").values_list("index", flat=True)) == [7]
+
+    kube.admin.request("PATCH", "/api/v1/nodes/n2/status", body={"status": {"allocatable": {"nvidia.com/gpu": "8"}}},
+                       content_type="application/merge-patch+json")
+    kube.sync()
+    assert not Gpu.objects.filter(node=n2, health="unhealthy").exists()
+    kube.admin.node_patch("n2", {"metadata": {"labels": {"fleetdeck.io/rack": "r9"}}})
+    kube.sync()
+    n2 = Node.objects.get(name="n2")
+    assert (n2.rack.name, n2.state) == ("r9", "cordoned")
+    kube.cordon_outside("n2", on=False)
+    kube.sync()
+    assert Node.objects.get(name="n2").state == "ready"
+
+
 def test_a_watch_whose_version_is_gone_lists_again(kube):
     kube.add_nodes(seed_nodes(2, per_rack=2))
     kube.sync()
