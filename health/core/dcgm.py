@@ -59,9 +59,11 @@ def is_blank(value: float) -> bool:
     return value != value or value >= _INT64_BLANK or value in _SENTINELS
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DcgmSample:
-    """One GPU's (or MIG instance's) reading from one exposition."""
+    """One GPU's (or MIG instance's) reading from one exposition. Not frozen: a frozen dataclass sets
+    each of its 27 fields through object.__setattr__ (3x the cost of a plain one, built per GPU); a
+    reading is not changed after the parse builds it."""
 
     uuid: str | None
     gpu_index: int | None
@@ -206,24 +208,24 @@ class _Builder:
 
     def build(self) -> DcgmSample:
         labels = self.labels
-        named: dict[str, Any] = {}
-        for metric, (attr, integral, _how) in _FIELDS.items():
-            value = self.fields.get(metric)
-            if value is not None:
-                # An integer counter cannot be infinite: such a value is no reading of it.
-                value = (int(value) if math.isfinite(value) else None) if integral else float(value)
-            named[attr] = value
-        if named["sm_active"] is None and named["gpu_util"] is not None:  # no SM activity: utilisation stands in
-            named["sm_active"] = named["gpu_util"] / 100.0
         namespace, pod, container = self.workloads[0] if self.workloads else (None, None, None)
-        return DcgmSample(
+        sample = DcgmSample(
             uuid=labels.get("UUID") or None, gpu_index=_int(labels.get("gpu")), hostname=_hostname(labels),
             mig_profile=labels.get("GPU_I_PROFILE") or None, mig_instance_id=_int(labels.get("GPU_I_ID")),
             model_name=labels.get("modelName") or None, pci_bus_id=normalize_pci_bus_id(labels.get("pci_bus_id")),
-            driver_version=labels.get("DCGM_FI_DRIVER_VERSION") or None, **named, pod=pod, namespace=namespace,
+            driver_version=labels.get("DCGM_FI_DRIVER_VERSION") or None, pod=pod, namespace=namespace,
             container=container, workloads=tuple(self.workloads), xids=self.xids, clock_events=self.clock_events,
             metrics=self.metrics,
         )
+        for metric, value in self.fields.items():
+            attr, integral, _how = _FIELDS[metric]
+            if integral:  # an integer counter cannot be infinite: such a value is no reading of it
+                setattr(sample, attr, int(value) if math.isfinite(value) else None)
+            else:
+                setattr(sample, attr, float(value))
+        if sample.sm_active is None and sample.gpu_util is not None:  # no SM activity: utilisation stands in
+            sample.sm_active = sample.gpu_util / 100.0
+        return sample
 
 
 def _read(builders: dict[tuple[str, str, str], _Builder], block: _Block, metric: str, value: float,
@@ -354,19 +356,8 @@ def _plain_labels(block: str) -> dict[str, str] | None:
     return labels if block.count('"') == 2 * len(labels) else None  # a stray quote, or a name twice
 
 
-def _comment(line: str, family: str, counter: bool, names: set[str]) -> tuple[str, bool]:
+def _comment(line: str, family: str, counter: bool) -> tuple[str, bool]:
     """The family state after a comment line, as prometheus_client's text parser keeps it."""
-    if line.startswith(("# HELP ", "# TYPE ")):
-        # The exporters' own spelling, read without the regex: "# HELP NAME text", "# TYPE NAME type"
-        # with single spaces, a name _HELP_TYPE would take whole, a type the fast path takes on.
-        space = line.find(" ", 7)
-        name = line[7:space]
-        if space > 7 and (name in names or _legacy(name, names)):
-            if line[2] == "H":
-                return (family, counter) if name == family else (name, False)
-            kind = line[space + 1:]
-            if kind in _TYPES:
-                return name, kind == "counter"
     match = _HELP_TYPE.fullmatch(line)
     if match is None:
         if "HELP" in line or "TYPE" in line:
@@ -433,11 +424,32 @@ def _parse_fast(text: str, keep: frozenset[str] | None) -> list[DcgmSample]:
                     if keep is not None and (block.key is None or (block.builder is not None and block.xid is None)):
                         skippable.add(block_text)
                     continue
+        if line.startswith(("# HELP ", "# TYPE ")):
+            # The exporters' own spelling, read without _comment's regex: "# HELP NAME text" and
+            # "# TYPE NAME type" with single spaces, a name _HELP_TYPE would take whole, a type the fast
+            # path takes on. (The HELP text is ignored, so whitespace around the line changes nothing.)
+            space = line.find(" ", 7)
+            name = line[7:space]
+            if space > 7 and (name in names or _legacy(name, names)):
+                if line[2] == "H":
+                    known = True
+                    if name != family:
+                        family, counter = name, False
+                else:
+                    kind = line[space + 1:]
+                    known = kind in _TYPES
+                    if known:
+                        family, counter = name, kind == "counter"
+                if known:
+                    if state[6] != family or state[7] != counter:
+                        state = _family(family, counter, keep)
+                        prefix, cut, metric, unread, kept, how = state[:6]
+                    continue
         line = line.strip()
         if not line:
             continue
         if line[0] == "#":
-            family, counter = _comment(line, family, counter, names)
+            family, counter = _comment(line, family, counter)
             if state[6] != family or state[7] != counter:
                 state = _family(family, counter, keep)
                 prefix, cut, metric, unread, kept, how = state[:6]

@@ -110,7 +110,8 @@ def _json_sql(update: bool) -> str:
     """PostgreSQL: INSERT ... SELECT FROM jsonb_array_elements(one JSON parameter: an array per row),
     the timestamps and source as plain parameters. psycopg quotes arrays element by element in Python
     (~0.6 ms for an 8-GPU upsert); one JSON string costs it next to nothing, and rows as arrays encode
-    in half the time of rows as objects. A number's text goes through ->> and a cast, as a literal would."""
+    in half the time of rows as objects. A number's text goes through ->> and a cast, as a literal would.
+    A latest row's array is its ReadingRow; a minute row's is _MINUTE_COLUMNS but the minute."""
     quote = connection.ops.quote_name
     model, columns = (GpuReading, _LATEST_COLUMNS) if update else (GpuReadingMinute, _MINUTE_COLUMNS)
     scalars = _JSON_SCALARS[update]
@@ -123,22 +124,20 @@ def _json_sql(update: bool) -> str:
 
 
 _JSON_SCALARS = {True: ("at", "source"), False: ("minute",)}
+_NAME_MAX = 253  # GpuReading.pod / namespace
 
 
-def _upsert_json(latest: list[tuple], history: list[tuple]) -> bool:
+def _upsert_json(latest: Sequence[ReadingRow], history: list[tuple], *, at, source: str, minute) -> bool:
     """The PostgreSQL writer; False (nothing written) when a value has no JSON form (NaN, infinity)."""
     statements = []
-    for update, values in ((True, latest), (False, history)):
+    for update, values, scalars in ((True, latest, [at, source]), (False, history, [minute])):
         if not values:
             continue
-        columns = _LATEST_COLUMNS if update else _MINUTE_COLUMNS
-        scalars = [columns.index(c) for c in _JSON_SCALARS[update]]
-        first, end = scalars[0], scalars[-1] + 1  # next to each other (at, source; minute): cut out by two slices
         try:
-            document = json.dumps([row[:first] + row[end:] for row in values], allow_nan=False)
+            document = json.dumps(values, allow_nan=False)  # a named tuple encodes as the array of its values
         except ValueError:
             return False
-        statements.append((_json_sql(update), [values[0][i] for i in scalars] + [document]))
+        statements.append((_json_sql(update), [*scalars, document]))
     with connection.cursor() as cursor:
         for sql, params in statements:
             cursor.execute(sql, params)
@@ -150,29 +149,34 @@ def _upsert_sql(rows: Sequence[ReadingRow], source: str, now: datetime, minute: 
     at = connection.ops.adapt_datetimefield_value(now)
     minute_value = connection.ops.adapt_datetimefield_value(minute)
     # PostgreSQL refuses to update one row twice in a statement; the last reading of a GPU wins.
-    unique = {r[:2]: r for r in rows}.values()
-    latest: list[tuple] = []
-    if vendor == "sqlite":
-        # Nearly every GPU has its row already: an UPDATE by the key costs two thirds of the upsert. Where
-        # it did not find every row, the upsert below writes them all.
-        with connection.cursor() as cursor:
-            cursor.executemany(_update_sql(), [(r[2], at, source, *r[3:-2], r.pod[:253], r.namespace[:253], r[0], r[1])
-                                               for r in unique])
-            updated = cursor.rowcount
-    if vendor != "sqlite" or updated != len(unique):
-        # _LATEST_COLUMNS' order: ReadingRow's first three fields, at, source, its other fields.
-        latest = [(*r[:3], at, source, *r[3:-2], r.pod[:253], r.namespace[:253]) for r in unique]
+    unique: dict[tuple, ReadingRow] = {}
+    for r in rows:
+        if len(r.pod) > _NAME_MAX or len(r.namespace) > _NAME_MAX:
+            r = r._replace(pod=r.pod[:_NAME_MAX], namespace=r.namespace[:_NAME_MAX])
+        unique[r[:2]] = r
     history = []
     seen: set[int] = set()
     for r in rows:
         if minute is not None and r[1] == WHOLE_GPU and r[0] not in seen:  # mig_instance_id, gpu_id
             # The first reading of a minute wins: a 15 s scrape leaves one history row per minute.
             seen.add(r[0])
-            history.append((r[0], minute_value, r.sm_active, r.fb_used_mib, r.temperature_c, r.power_w))
-    if vendor == "postgresql" and _upsert_json(latest, history):
+            # _MINUTE_COLUMNS' values but the minute
+            history.append((r[0], r.sm_active, r.fb_used_mib, r.temperature_c, r.power_w))
+    if vendor == "postgresql" and _upsert_json(list(unique.values()), history, at=at, source=source,
+                                               minute=minute_value):
         return
+    latest: list[tuple] = []
+    if vendor == "sqlite":
+        # Nearly every GPU has its row already: an UPDATE by the key costs two thirds of the upsert. Where
+        # it did not find every row, the upsert below writes them all.
+        with connection.cursor() as cursor:
+            cursor.executemany(_update_sql(), [(r[2], at, source, *r[3:], r[0], r[1]) for r in unique.values()])
+            updated = cursor.rowcount
+    if vendor != "sqlite" or updated != len(unique):
+        latest = [(*r[:3], at, source, *r[3:]) for r in unique.values()]  # _LATEST_COLUMNS' order
+    minute_rows = [(r[0], minute_value, *r[1:]) for r in history]  # _MINUTE_COLUMNS' order
     with connection.cursor() as cursor:
-        for update, values in ((True, latest), (False, history)):
+        for update, values in ((True, latest), (False, minute_rows)):
             if not values:
                 continue
             if vendor == "postgresql":
