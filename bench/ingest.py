@@ -31,7 +31,10 @@ connection inside its first timed scrape. Headline: a new worker's first scrape 
 (cold: fresh connection and server backend, SQL not yet built, a new minute, so minute rows are
 inserted). Beside it, the same worker's next scrapes: 15 s later (the latest rows updated, the minute's
 rows already there: 3 scrapes in 4) and a minute later (a new minute's rows too: 1 in 4). The latest
-rows of every GPU exist before (an untimed scrape by another child). Scaling: 1, 2 and 4 worker
+rows of every GPU exist before (an untimed scrape by another child). Beside them, the CPU a scrape costs
+per 1,000 readings in the worker and in its PostgreSQL backend (read from /proc), and what the machine's
+CPUs can therefore run for all workers together: the ceiling the scaling rows meet when the workers and
+the database share the CPUs. Scaling: 1, 2 and 4 worker
 processes at once, each its own share of the nodes, after one untimed scrape each; GPU-samples/s is all
 their readings over the wall time from their common start to the last one's end. Payloads are generated
 and the inventory created before, untimed; each timed run starts after a full garbage collection.
@@ -358,6 +361,25 @@ class _Timed(NamedTuple):
     cpu: float
     stored: int
     latencies: list[float]
+    server_cpu: float | None  # the run's database backend CPU seconds (None: not readable here)
+
+
+def _server_cpu() -> float | None:
+    """CPU seconds the default connection's PostgreSQL backend has used, read from /proc (the server
+    runs on this machine, as in the bench's runs); None for SQLite, no connection yet, or a server whose
+    backend this machine cannot see. The server's background processes (WAL writer, checkpointer) are
+    not counted."""
+    connection = connections["default"]
+    if connection.vendor != "postgresql" or connection.connection is None:
+        return None
+    pid = connection.connection.info.backend_pid
+    try:
+        if b"postgres" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return None
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def _worker(scrapes: Scrapes, share: slice, nodes: dict, runs: list[Run], barrier, results) -> None:
@@ -370,10 +392,13 @@ def _worker(scrapes: Scrapes, share: slice, nodes: dict, runs: list[Run], barrie
         gc.collect()
         if together:
             barrier.wait()
+        server_before = _server_cpu() or 0.0  # 0 before the first run: its backend starts inside it
         started, cpu = time.perf_counter(), time.process_time()
         latencies: list[float] = []
         stored = store(payloads, now=now, nodes=nodes, latencies=latencies)
-        timed.append(_Timed(started, time.perf_counter(), time.process_time() - cpu, stored, latencies))
+        ended, cpu = time.perf_counter(), time.process_time() - cpu
+        server = _server_cpu()
+        timed.append(_Timed(started, ended, cpu, stored, latencies, None if server is None else server - server_before))
     results.put(timed)
     connections.close_all()
 
@@ -443,6 +468,12 @@ def bench_store(scrapes: Scrapes) -> int:
     _row("parse + store, a new worker's 1st scrape (cold)", [cold], "headline")
     _row("parse + store, its next scrape, 15 s later (steady)", [steady], "3 scrapes in 4: no new minute rows")
     _row("parse + store, its scrape a minute later (steady)", [next_minute], "1 in 4: the new minute's rows too")
+    for label, run in (("cold", cold), ("15 s later", steady)):
+        if run.server_cpu is not None:
+            per_k = (run.cpu + run.server_cpu) / run.stored * 1000
+            print(f"CPU per 1,000 GPU readings ({label}): worker {run.cpu / run.stored * 1e6:.0f} ms (parse and store "
+                  f"threads), its database backend {run.server_cpu / run.stored * 1e6:.0f} ms: {os.cpu_count()} CPUs "
+                  f"run at most {os.cpu_count() / per_k * 1000:,.0f} GPU-samples/s for all workers together")
     print(f"\nScaling: worker processes at once, each its own share of the {count} nodes, the scrape 15 s after an "
           f"untimed one; {os.cpu_count()} CPUs for the workers and the database together")
     print(f"{'workers':58} {'GPU-samples/s':>14} {'per worker':>12} {'vs 1 worker':>15}")

@@ -8,8 +8,10 @@ transaction of its own under the node's row lock (node_seen, remediation). dcgm_
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import NamedTuple
@@ -35,6 +37,7 @@ log = logging.getLogger(__name__)
 
 _IDS_PER_STATEMENT = 900  # under SQLite's 999 bound parameters of old builds
 _XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
+SWITCH_INTERVAL = 0.001  # seconds: see _prompt_switches
 
 
 class GpuRef(NamedTuple):
@@ -262,7 +265,7 @@ def dcgm_ingest_batches(
     this thread waits on it (without the GIL) the next batch's parse runs, so a worker is busy for about
     the parse plus its own store work, not that plus the database's time as well."""
     now = now or timezone.now()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dcgm-parse") as parser:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dcgm-parse") as parser, _prompt_switches():
         ahead: tuple[Sequence[tuple[Node, str | bytes]], Future] | None = None
         for items in batches:
             following = (items, parser.submit(_parse_batch, items))
@@ -271,6 +274,19 @@ def dcgm_ingest_batches(
             ahead = following
         if ahead is not None:
             yield _store_parsed(ahead[0], ahead[1].result(), now=now, actor=actor)
+
+
+@contextmanager
+def _prompt_switches() -> Iterator[None]:
+    """While the parse thread computes, the store thread's database replies wait for the GIL: by
+    default up to 5 ms each (sys.getswitchinterval), ~6 round trips a batch, which made the store the
+    slower of the two and left the worker idle. A 1 ms interval while a scrape is ingested; restored after."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(min(before, SWITCH_INTERVAL))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 def _parse_batch(items: Sequence[tuple[Node, str | bytes]]) -> list[list[dcgm.DcgmSample] | ValidationError]:
