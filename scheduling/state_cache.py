@@ -35,6 +35,8 @@ from datetime import datetime
 from django.conf import settings
 from django.db import connection
 
+from fleet.models import Gpu
+
 from .choices import ACTIVE_STATES
 from .engine import schedule
 from .engine.feasibility import NeverFit
@@ -193,12 +195,12 @@ class StateCache:
         index = SnapshotIndex()
         for part in _chunks(ids):
             # What these nodes' GPUs and hosts hold: two index scans (an OR over the join scans
-            # every allocation).
+            # every allocation). The second starts from the nodes' GPUs (a join from the allocations
+            # side probes fleet_gpu once per active allocation of the whole fleet).
             active = Allocation.objects.filter(released_at__isnull=True).order_by()
             held = _raw_rows(active.filter(node_id__in=part).values_list(*HELD_COLUMNS))
-            held += _raw_rows(
-                active.filter(gpu__node_id__in=part).exclude(node_id__in=part).values_list(*HELD_COLUMNS)
-            )
+            gpus = Gpu.objects.filter(node_id__in=part).values("pk")
+            held += _raw_rows(active.filter(gpu_id__in=gpus).exclude(node_id__in=part).values_list(*HELD_COLUMNS))
             fresh.update((index.node_ids[v.name], v) for v in _load_nodes(index, held, only=list(part)))
         assert self.capacity is not None
         for pk in ids:

@@ -211,7 +211,7 @@ def nodes_heartbeat_record(*, pks: Sequence[int], at: datetime) -> set[int]:
             chunk = list(pks[start:start + _IDS_PER_STATEMENT])
             if connection.vendor == "postgresql":
                 cursor.execute(
-                    f"WITH locked AS (SELECT {pk} FROM {table} WHERE {pk} = ANY(%s) AND {state} <> %s "
+                    f"WITH locked AS (SELECT {pk} FROM {table} WHERE {pk} = ANY(%s::bigint[]) AND {state} <> %s "
                     f"ORDER BY {pk} FOR UPDATE) UPDATE {table} SET {heartbeat} = %s FROM locked "
                     f"WHERE {table}.{pk} = locked.{pk} RETURNING {table}.{pk}",
                     [chunk, NodeState.UNKNOWN, when],

@@ -73,7 +73,7 @@ def _lock_read(model, pks: Iterable[int], columns: Sequence[str]) -> list[tuple]
     table = quote(model._meta.db_table)
     names = ", ".join(quote(model._meta.get_field(c).column) for c in columns)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {names} FROM {table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [ordered])
+        cursor.execute(f"SELECT {names} FROM {table} WHERE id = ANY(%s::bigint[]) ORDER BY id FOR UPDATE", [ordered])
         return cursor.fetchall()
 
 
@@ -85,7 +85,10 @@ def _gpu_states(gpu_ids: list[int], node_ids: list[int]) -> dict[int, _GpuState]
         states[pk] = _GpuState(usable=node_id in ready and health != GpuHealth.UNHEALTHY)
     held = Allocation.objects.filter(released_at__isnull=True).order_by()
     if connection.vendor == "postgresql":
-        held = held.extra(where=["scheduling_allocation.gpu_id = ANY(%s)"], params=[gpu_ids])
+        # ::bigint[]: psycopg sends a list of small ints as smallint[], and a bigint column compared with
+        # that is filtered row by row against the whole array (27 ms instead of 1 ms over 4,551 active
+        # allocations when the planner reads them through another index).
+        held = held.extra(where=["scheduling_allocation.gpu_id = ANY(%s::bigint[])"], params=[gpu_ids])
         parts = [held]
     else:
         parts = [held.filter(gpu_id__in=part) for part in chunked(gpu_ids)]
