@@ -140,7 +140,7 @@ def _load_nodes(index: SnapshotIndex, held: list[tuple], only: list[int] | None 
     # (by node name) joins the nodes and sorts every GPU of the fleet.
     gpu_rows = Gpu.objects.order_by("node_id", "index")
     if only is not None:
-        node_rows, gpu_rows = node_rows.filter(pk__in=only), gpu_rows.filter(node_id__in=only)
+        node_rows, gpu_rows = node_rows.filter(pk__any_of=only), gpu_rows.filter(node_id__any_of=only)
     rows = _raw_rows(
         node_rows.values_list(
             "pk",
@@ -394,7 +394,7 @@ def _pending_specs(rows: list[tuple]) -> dict[int, tuple[tuple, WorkloadSpec, di
     pod_sets: dict[int, list[PodSetSpec]] = defaultdict(list)
     ps_ids: dict[int, dict[str, tuple[int, str]]] = defaultdict(dict)
     ps_rows = _raw_rows(
-        PodSet.objects.filter(workload_id__in=[row[0] for row in rows])
+        PodSet.objects.filter(workload_id__any_of=[row[0] for row in rows])
         .order_by("workload_id", "pk")
         .values_list(
             "workload_id",

@@ -198,9 +198,9 @@ class StateCache:
             # every allocation). The second starts from the nodes' GPUs (a join from the allocations
             # side probes fleet_gpu once per active allocation of the whole fleet).
             active = Allocation.objects.filter(released_at__isnull=True).order_by()
-            held = _raw_rows(active.filter(node_id__in=part).values_list(*HELD_COLUMNS))
-            gpus = Gpu.objects.filter(node_id__in=part).values("pk")
-            held += _raw_rows(active.filter(gpu_id__in=gpus).exclude(node_id__in=part).values_list(*HELD_COLUMNS))
+            held = _raw_rows(active.filter(node_id__any_of=part).values_list(*HELD_COLUMNS))
+            gpus = Gpu.objects.filter(node_id__any_of=part).values("pk")
+            held += _raw_rows(active.filter(gpu_id__in=gpus).exclude(node_id__any_of=part).values_list(*HELD_COLUMNS))
             fresh.update((index.node_ids[v.name], v) for v in _load_nodes(index, held, only=list(part)))
         assert self.capacity is not None
         for pk in ids:
@@ -224,10 +224,12 @@ class StateCache:
     def _refresh_workloads(self, ids: list[int]) -> None:
         for part in _chunks(ids):
             active = _raw_rows(
-                Workload.objects.filter(pk__in=part, state__in=ACTIVE_STATES).order_by().values_list(*ACTIVE_COLUMNS)
+                Workload.objects.filter(pk__any_of=part, state__in=ACTIVE_STATES)
+                .order_by()
+                .values_list(*ACTIVE_COLUMNS)
             )
             held_of = Allocation.objects.filter(
-                released_at__isnull=True, workload_id__in=[row[0] for row in active]
+                released_at__isnull=True, workload_id__any_of=[row[0] for row in active]
             ).order_by()
             held = _raw_rows(held_of.values_list(*HELD_COLUMNS)) if active else []
             for wid in part:
