@@ -10,7 +10,7 @@ Public API:
     parse_exposition_reference(text, *, all_metrics=True)
                         the same readings with the whole text through prometheus_client's parser as
                         written (~20x slower): the oracle the fast path is tested against
-    DcgmSample          frozen dataclass, one per GPU (or per MIG instance), `sample.to_json()`
+    DcgmSample          dataclass, one per GPU (or per MIG instance), `sample.to_json()`
     FIELD_METRICS       the metric families behind DcgmSample's named fields
     is_blank(value)     True for DCGM's "no data" sentinels (int32 / int64 / fp64 BLANK, NOT_FOUND,
                         NOT_SUPPORTED, NOT_PERMISSIONED) and NaN
