@@ -1,6 +1,6 @@
 """`field__any_of=ids`: an id list as one array parameter on PostgreSQL.
 
-An IN list puts every id in the SQL as its own placeholder, and psycopg parses and quotes such a
+An IN list puts every id in the SQL as a parameter of its own, and psycopg parses and quotes such a
 statement again on every execution (it caches the conversion of statements with at most 50
 parameters): ~20 ms of a placement round whose state cache re-reads a few hundred nodes and
 workloads. `= ANY(%s::bigint[])` is one parameter (bigint: psycopg would send small ints as
