@@ -85,11 +85,7 @@ def _gpu_states(gpu_ids: list[int], node_ids: list[int]) -> dict[int, _GpuState]
         states[pk] = _GpuState(usable=node_id in ready and health != GpuHealth.UNHEALTHY)
     held = Allocation.objects.filter(released_at__isnull=True).order_by()
     if connection.vendor == "postgresql":
-        # ::bigint[]: psycopg sends a list of small ints as smallint[], and a bigint column compared with
-        # that is filtered row by row against the whole array (27 ms instead of 1 ms over 4,551 active
-        # allocations when the planner reads them through another index).
-        held = held.extra(where=["scheduling_allocation.gpu_id = ANY(%s::bigint[])"], params=[gpu_ids])
-        parts = [held]
+        parts = [held.filter(gpu_id__any_of=gpu_ids)]  # one array parameter (core.lookups)
     else:
         parts = [held.filter(gpu_id__in=part) for part in chunked(gpu_ids)]
     for part in parts:

@@ -114,7 +114,5 @@ def by_ids(queryset: models.QuerySet, ids: Sequence[int]) -> list[models.QuerySe
     if not ids:
         return []
     if connection.vendor == "postgresql":
-        table = connection.ops.quote_name(queryset.model._meta.db_table)
-        # ::bigint[] (the ids' type): psycopg would send small ints as smallint[] (see allocation._gpu_states).
-        return [queryset.extra(where=[f"{table}.id = ANY(%s::bigint[])"], params=[ids])]
+        return [queryset.filter(pk__any_of=ids)]  # one array parameter (core.lookups)
     return [queryset.filter(pk__in=ids[start : start + CHUNK]) for start in range(0, len(ids), CHUNK)]
