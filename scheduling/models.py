@@ -586,12 +586,15 @@ class StateChange(models.Model):
     (migration 0012) on nodes, GPUs, allocations, workloads and the tables they name, so every
     process's writes are seen however they were made (services, bulk updates, the admin).
     `stamp` is random: a cache tells a row it applied from one that reused its id after a
-    rollback (SQLite reuses ids)."""
+    rollback (SQLite reuses ids). `xact` is the writing transaction (txid_current(), PostgreSQL
+    only, migration 0016): the round that committed a row knows it as its own
+    (state_cache.round_committed)."""
 
     id = models.BigAutoField(primary_key=True)
     kind = models.CharField(max_length=1)
     object_id = models.BigIntegerField(default=0)
     stamp = models.BigIntegerField(default=0)
+    xact = models.BigIntegerField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.kind}{self.object_id}"

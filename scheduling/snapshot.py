@@ -57,6 +57,9 @@ class SnapshotIndex:
     names: dict[int, str] = field(default_factory=dict)  # of the waiting workloads loaded
     # The reservations they carried, as stored, so a round rewrites only the ones it changes.
     reserved: dict[int, list[dict]] = field(default_factory=dict)
+    # The state cache's (generation, last journal id applied) the snapshot was taken at (None:
+    # loaded whole), for state_cache.round_committed.
+    cache_mark: tuple[int, int] | None = None
 
 
 def _raw_rows(queryset) -> list[tuple]:

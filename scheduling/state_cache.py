@@ -18,6 +18,12 @@ and every STATE_CACHE_RELOAD_SECONDS as a safety net. Journal ids that commit ou
 re-read until they show up or HOLE_SECONDS pass. Waiting workloads, queues and quotas are not
 kept: a round reads the heads it considers (ROUND_QUEUE_DEPTH) and the few queue rows anyway.
 
+A round's own commit is applied to the cache as it commits (round_committed, Kueue's "assume"):
+the nodes its admitted gangs landed on are updated in memory from its decisions, the same
+arithmetic as a re-read, and the journal rows its transaction wrote for them (StateChange.xact,
+PostgreSQL) are not re-read by the next round. Anything else that changed those nodes is another
+transaction's journal row and re-reads them as usual.
+
 Two answers are kept as well: the never-fit answers (while no node's geometry changes) and the
 decisions of the last round at rest, which the next round reuses while its inputs and the clock
 allow (round_decide)."""
@@ -29,7 +35,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.conf import settings
@@ -42,7 +48,16 @@ from .engine import schedule
 from .engine.feasibility import NeverFit
 from .engine.round import never_fit_for
 from .engine.snapshot import Capacity
-from .engine.types import NodeView, RoundResult, RunningWorkload, Snapshot
+from .engine.types import (
+    Admit,
+    NodeView,
+    PodSetSpec,
+    ReplicaPlacement,
+    RoundResult,
+    RunningWorkload,
+    Snapshot,
+    WorkloadSpec,
+)
 from .models import Allocation, StateChange, Workload
 from .snapshot import (
     ACTIVE_COLUMNS,
@@ -88,6 +103,7 @@ class StateCache:
     seen: int = 0  # highest journal id applied
     seen_stamp: int | None = None
     holes: dict[int, float] = field(default_factory=dict)  # journal id -> when first missed
+    own: dict[int, int] = field(default_factory=dict)  # journal id -> node pk, applied by assume()
     loaded_at: float = 0.0
     syncs: int = 0
     # What the latest sync did, for the benchmark and the logs: "reload" or "delta".
@@ -115,6 +131,7 @@ class StateCache:
         if geometry != self.geometry or why == "periodic":  # periodically: forget the shapes seen
             self.geometry, self.never_fit = geometry, None
         self.seen, self.seen_stamp = head[0] if head else (0, None)
+        self.own = {}
         # Ids below the head not committed yet (a transaction still open) are holes to re-read.
         recent = {i for (i,) in _raw_rows(StateChange.objects.filter(id__gt=self.seen - 1000).values_list("id"))}
         now = time.monotonic()
@@ -167,12 +184,15 @@ class StateCache:
             self.holes.pop(i, None)
             if kind == "r":
                 return self.reload("a renamed queue, flavor, rack or priority class")
-            (nodes if kind == "n" else workloads).add(obj)
+            if kind == "w":
+                workloads.add(obj)
+            elif self.own.get(i) != obj:  # not this process's last commit, which assume() applied
+                nodes.add(obj)
             if i > top:
                 for missing in range(top + 1, i):
                     self.holes.setdefault(missing, now)
                 top, self.seen_stamp = i, stamp
-        self.seen = top
+        self.seen, self.own = top, {}
         if len(nodes) > max(256, len(self.views) * RELOAD_SHARE) or len(workloads) > max(
             1000, len(self.running) * RELOAD_SHARE
         ):
@@ -237,10 +257,33 @@ class StateCache:
             for rw in _load_running(held, self.flavor_of_node, self.node_name, self.gpu_index, active):
                 self._add(rw)
 
+    def assume(self, admitted: list[tuple[Admit, WorkloadSpec]], journal: list[tuple[int, int]]) -> None:
+        """A committed round's admitted gangs onto the nodes they landed on; `journal`, the (id, node
+        pk) rows its transaction wrote, are then skipped by the next sync. Nothing is assumed when
+        that transaction wrote to any other node (the sync re-reads them all)."""
+        assert self.capacity is not None
+        on_node: dict[int, list[tuple[ReplicaPlacement, PodSetSpec]]] = defaultdict(list)
+        for admit, spec in admitted:
+            sets = {ps.name: ps for ps in spec.pod_sets}
+            for p in admit.placements:
+                if p.gpus:  # as a re-read sees them: a replica holds its host's CPU and memory through its GPUs
+                    on_node[self.index.node_ids[p.node]].append((p, sets[p.pod_set]))
+        if not {pk for _id, pk in journal} <= on_node.keys():
+            return
+        for pk, placed in on_node.items():
+            view = _with_placements(self.views[pk], placed)
+            if not self.capacity.replace(view):
+                self.generation += 1
+                return  # cannot happen for an allocation; if it did, the sync re-reads every node named
+            self.views[pk] = view
+        self.generation += 1
+        self.own = dict(journal)
+
     # -- a round's snapshot --------------------------------------------------------------------
     def snapshot(self, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
         index = SnapshotIndex(
-            node_ids=self.index.node_ids, gpu_ids=self.index.gpu_ids, node_executor=self.index.node_executor
+            node_ids=self.index.node_ids, gpu_ids=self.index.gpu_ids, node_executor=self.index.node_executor,
+            cache_mark=(self.generation, self.seen),
         )
         queues = _load_queues([], {}, {})
         for (queue, flavor), gpus in self.usage.items():
@@ -261,6 +304,38 @@ class StateCache:
             typical_mix=typical_mix_cached(now=now),
         )
         return snapshot, index
+
+
+def _with_placements(view: NodeView, placed: list[tuple[ReplicaPlacement, PodSetSpec]]) -> NodeView:
+    """The node's view once these replicas hold their GPUs and host resources: what snapshot._load_nodes
+    reads back from their allocation rows (a share's milli off the GPU, a MIG instance off the free
+    lists, the pod set's CPU and memory once per replica)."""
+    gpus = list(view.gpus)
+    position = {g.index: i for i, g in enumerate(gpus)}
+    cpu, memory = view.cpu_free_millicores, view.memory_free_mib
+    for placement, pod_set in placed:
+        for a in placement.gpus:
+            i = position[a.index]
+            gpu = gpus[i]
+            mig = gpu.mig_free
+            if a.mig_instance is not None:
+                mig = {profile: [x for x in ids if x != a.mig_instance] for profile, ids in mig.items()}
+            gpus[i] = replace(gpu, free_milli=max(0, gpu.free_milli - a.milli), mig_free=mig)
+        cpu -= pod_set.cpu_millicores
+        memory -= pod_set.memory_mib
+    return replace(view, gpus=gpus, cpu_free_millicores=cpu, memory_free_mib=memory)
+
+
+def round_committed(*, index: SnapshotIndex, admitted: list[tuple[Admit, WorkloadSpec]],
+                    journal: list[tuple[int, int]]) -> None:
+    """After a round's commit: assume() its admissions, when the cache is still as the round's
+    snapshot found it (no sync since: a later one may already have re-read those nodes)."""
+    if index.cache_mark is None or not admitted:
+        return
+    with _lock:
+        cache = state_cache()
+        if cache.capacity is not None and (cache.generation, cache.seen) == index.cache_mark:
+            cache.assume(admitted, journal)
 
 
 def _geometry(view: NodeView) -> tuple:

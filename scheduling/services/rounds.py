@@ -32,15 +32,16 @@ from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import BigIntegerField, Func
 from django.utils import timezone
 
 from core.actors import Actor
 from core.audit import audit_record
 from scheduling.choices import WorkloadState
 from scheduling.engine.types import Admit, RoundResult, WorkloadSpec
-from scheduling.models import PlacementRound, SchedulerLock, Workload
+from scheduling.models import PlacementRound, SchedulerLock, StateChange, Workload
 from scheduling.snapshot import SnapshotIndex, _aware, _raw_rows, placements_to_json
-from scheduling.state_cache import round_decide, round_state
+from scheduling.state_cache import round_committed, round_decide, round_state
 
 from .allocation import AllocationRow, GangClaim, allocations_claim
 from .bulk import by_ids, rows_update
@@ -67,6 +68,7 @@ class RoundReport:
     pending: int = 0
     result: RoundResult | None = None
     reasons_ms: float = 0.0  # phase 4, inside round_commit
+    journal: list[tuple[int, int]] = field(default_factory=list)  # (id, node pk): the commit's own journal rows
 
 
 def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundReport:
@@ -81,6 +83,10 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundRe
     # The decisions are as of the snapshot (`now`); what is written is stamped when it happens,
     # so a slow round does not date admissions back to before they took place.
     report = round_commit(result=result, index=index, actor=actor, now=max(now, timezone.now()))  # phases 3, 4
+    if report.admitted and not report.preempted:
+        specs, admits = {s.id: s for s in snapshot.pending}, {a.workload_id: a for a in result.admitted}
+        round_committed(index=index, admitted=[(admits[wid], specs[wid]) for wid, _name, _p in report.admitted],
+                        journal=report.journal)
     t3 = time.perf_counter()
     if not report.skipped:
         # Every waiting workload, also those beyond ROUND_QUEUE_DEPTH that the round did not load.
@@ -208,6 +214,8 @@ def _decisions_commit(result: RoundResult, index: SnapshotIndex, actor: Actor, n
         report.admitted = [(wid, index.names.get(wid, ""), placements_to_json(by_id[wid].placements)) for wid in placed]
         report.preempted = _start_preemptions(result, actor, now)
         _save_reservations(result, placed, loaded=index.reserved)
+        if placed and not report.preempted:
+            report.journal = _own_journal(index)
         # A round that changed nothing leaves no audit event (a busy scheduler runs several a
         # second); its PlacementRound row still records it.
         if placed or report.dropped or report.preempted:
@@ -225,6 +233,17 @@ def _decisions_commit(result: RoundResult, index: SnapshotIndex, actor: Actor, n
     if dropped:
         log.warning("placement round dropped %d admissions whose GPUs were taken meanwhile", len(dropped))
     return report
+
+
+def _own_journal(index: SnapshotIndex) -> list[tuple[int, int]]:
+    """(id, node pk) of the node rows this transaction wrote to the journal since the round's
+    snapshot (PostgreSQL, StateChange.xact); state_cache.round_committed skips re-reading them."""
+    if index.cache_mark is None or connection.vendor != "postgresql":
+        return []
+    mine = StateChange.objects.filter(
+        kind="n", id__gt=index.cache_mark[1], xact=Func(function="txid_current", output_field=BigIntegerField())
+    )
+    return list(mine.values_list("id", "object_id"))
 
 
 class Claimable(NamedTuple):

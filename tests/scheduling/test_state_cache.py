@@ -105,6 +105,26 @@ def test_after_claims_releases_and_state_moves_the_cache_equals_a_full_reload(fl
     assert Workload.objects.filter(pk__in=[w.pk for w in later], state=WorkloadState.RUNNING).exists()
 
 
+def test_a_change_to_the_nodes_a_round_just_filled_is_seen_by_the_next_round(fleet, clock):
+    # The round applies its own commit to the cache; what another writer does to the same nodes
+    # right after (here: a GPU of the node the first gang landed on fails) still reaches the next round.
+    assert_cache_equals_reload(clock)
+    first = _submit("first", 4)
+    run_round(clock)
+    held = Allocation.objects.filter(workload=first, released_at__isnull=True)
+    node = held.first().node
+    assert assert_cache_equals_reload(clock)["kind"] == "delta"
+
+    free = Gpu.objects.filter(node=node).exclude(pk__in=held.values("gpu_id")).order_by("index")
+    gpu_health_set(gpu=free.first(), health=GpuHealth.UNHEALTHY, reason="xid 79", actor=OPS)
+    assert assert_cache_equals_reload(clock)["kind"] == "delta"
+    second = _submit("second", 4)
+    run_round(clock)
+    assert assert_cache_equals_reload(clock)["kind"] == "delta"
+    taken = set(Allocation.objects.filter(workload=second).values_list("gpu_id", flat=True))
+    assert len(taken) == 4 and free.first().pk not in taken
+
+
 def test_rounds_on_the_cache_decide_as_rounds_on_a_full_load(fleet, clock, settings):
     for i, gpus in enumerate((8, 8, 4, 4, 2, 1, 1, 16, 24)):
         _submit(f"w{i}", gpus)
