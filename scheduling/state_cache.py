@@ -193,10 +193,7 @@ class StateCache:
                     self.holes.setdefault(missing, now)
                 top, self.seen_stamp = i, stamp
         self.seen, self.own = top, {}
-        if len(nodes) > max(256, len(self.views) * RELOAD_SHARE) or len(workloads) > max(
-            1000, len(self.running) * RELOAD_SHARE
-        ):
-            # Re-reading most of the fleet id by id costs more than reading it whole.
+        if self._wide(len(nodes), len(workloads)):
             return self.reload("a change touching most of the fleet")
         if nodes and not self._refresh_nodes(sorted(nodes)):
             return self.reload("a node added, removed or reshaped")
@@ -208,6 +205,12 @@ class StateCache:
         self.syncs += 1
         if self.syncs % PRUNE_EVERY == 0:
             StateChange.objects.filter(id__lt=self.seen - JOURNAL_KEEP).delete()
+
+    def _wide(self, nodes: int, workloads: int) -> bool:
+        """Whether a change names so many nodes or workloads that re-reading them id by id
+        costs more than reading the fleet whole."""
+        return (nodes > max(256, len(self.views) * RELOAD_SHARE)
+                or workloads > max(1000, len(self.running) * RELOAD_SHARE))
 
     def _refresh_nodes(self, ids: list[int]) -> bool:
         """Re-read these nodes (views, GPUs, what they hold); False when the fleet's shape changed."""
@@ -326,16 +329,22 @@ def _with_placements(view: NodeView, placed: list[tuple[ReplicaPlacement, PodSet
     return replace(view, gpus=gpus, cpu_free_millicores=cpu, memory_free_mib=memory)
 
 
-def round_committed(*, index: SnapshotIndex, admitted: list[tuple[Admit, WorkloadSpec]],
-                    journal: list[tuple[int, int]]) -> None:
-    """After a round's commit: assume() its admissions, when the cache is still as the round's
-    snapshot found it (no sync since: a later one may already have re-read those nodes)."""
-    if index.cache_mark is None or not admitted:
+def round_committed(*, index: SnapshotIndex, admitted: list[tuple[Admit, WorkloadSpec]], xact: int | None) -> None:
+    """After a round's commit (`xact`: its transaction, txid_current(); None where the journal does
+    not record it): assume() its admissions, with the node rows of the journal that transaction
+    wrote, when the cache is still as the round's snapshot found it (no sync since: a later one
+    may already have re-read those nodes)."""
+    if index.cache_mark is None or xact is None or not admitted:
         return
     with _lock:
         cache = state_cache()
-        if cache.capacity is not None and (cache.generation, cache.seen) == index.cache_mark:
-            cache.assume(admitted, journal)
+        # The next sync re-reads at least the admitted workloads: when those alone make it reload,
+        # applying the commit here would be thrown away.
+        if (cache.capacity is None or (cache.generation, cache.seen) != index.cache_mark
+                or cache._wide(0, len(admitted))):
+            return
+        journal = StateChange.objects.filter(kind="n", id__gt=index.cache_mark[1], xact=xact)
+        cache.assume(admitted, list(journal.values_list("id", "object_id")))
 
 
 def _geometry(view: NodeView) -> tuple:

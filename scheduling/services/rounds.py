@@ -32,14 +32,13 @@ from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import BigIntegerField, Func
 from django.utils import timezone
 
 from core.actors import Actor
 from core.audit import audit_record
 from scheduling.choices import WorkloadState
 from scheduling.engine.types import Admit, RoundResult, WorkloadSpec
-from scheduling.models import PlacementRound, SchedulerLock, StateChange, Workload
+from scheduling.models import PlacementRound, SchedulerLock, Workload
 from scheduling.snapshot import SnapshotIndex, _aware, _raw_rows, placements_to_json
 from scheduling.state_cache import round_committed, round_decide, round_state
 
@@ -68,7 +67,7 @@ class RoundReport:
     pending: int = 0
     result: RoundResult | None = None
     reasons_ms: float = 0.0  # phase 4, inside round_commit
-    journal: list[tuple[int, int]] = field(default_factory=list)  # (id, node pk): the commit's own journal rows
+    xact: int | None = None  # the commit's transaction id (PostgreSQL, with the state cache)
 
 
 def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundReport:
@@ -86,7 +85,7 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundRe
     if report.admitted and not report.preempted:
         specs, admits = {s.id: s for s in snapshot.pending}, {a.workload_id: a for a in result.admitted}
         round_committed(index=index, admitted=[(admits[wid], specs[wid]) for wid, _name, _p in report.admitted],
-                        journal=report.journal)
+                        xact=report.xact)
     t3 = time.perf_counter()
     if not report.skipped:
         # Every waiting workload, also those beyond ROUND_QUEUE_DEPTH that the round did not load.
@@ -215,7 +214,7 @@ def _decisions_commit(result: RoundResult, index: SnapshotIndex, actor: Actor, n
         report.preempted = _start_preemptions(result, actor, now)
         _save_reservations(result, placed, loaded=index.reserved)
         if placed and not report.preempted:
-            report.journal = _own_journal(index)
+            report.xact = _xact(index)
         # A round that changed nothing leaves no audit event (a busy scheduler runs several a
         # second); its PlacementRound row still records it.
         if placed or report.dropped or report.preempted:
@@ -235,15 +234,14 @@ def _decisions_commit(result: RoundResult, index: SnapshotIndex, actor: Actor, n
     return report
 
 
-def _own_journal(index: SnapshotIndex) -> list[tuple[int, int]]:
-    """(id, node pk) of the node rows this transaction wrote to the journal since the round's
-    snapshot (PostgreSQL, StateChange.xact); state_cache.round_committed skips re-reading them."""
+def _xact(index: SnapshotIndex) -> int | None:
+    """This transaction's id as the journal records it (StateChange.xact, PostgreSQL), so that
+    state_cache.round_committed finds the rows the commit wrote; None without the state cache."""
     if index.cache_mark is None or connection.vendor != "postgresql":
-        return []
-    mine = StateChange.objects.filter(
-        kind="n", id__gt=index.cache_mark[1], xact=Func(function="txid_current", output_field=BigIntegerField())
-    )
-    return list(mine.values_list("id", "object_id"))
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT txid_current()")
+        return cursor.fetchone()[0]
 
 
 class Claimable(NamedTuple):
