@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from django.db import connection
 
@@ -26,8 +27,10 @@ from scheduling.services.bulk import by_ids
 CHUNK = 5000  # keeps IN (...) lists well under PostgreSQL's 65535 bind parameters
 
 
-@dataclass(frozen=True)
-class AllocationRow:
+class AllocationRow(NamedTuple):
+    """One allocation to create (a round builds one per GPU it admits: tens of thousands at depth 0,
+    where a frozen dataclass's construction cost 0.3 s)."""
+
     pod_set_id: int
     replica: int
     gpu_id: int

@@ -37,7 +37,7 @@ from django.utils import timezone
 from core.actors import Actor
 from core.audit import audit_record
 from scheduling.choices import WorkloadState
-from scheduling.engine.types import Admit, RoundResult, WorkloadSpec
+from scheduling.engine.types import Admit, ReplicaPlacement, RoundResult, WorkloadSpec
 from scheduling.models import PlacementRound, SchedulerLock, Workload
 from scheduling.snapshot import SnapshotIndex, _aware, _raw_rows, placements_to_json
 from scheduling.state_cache import round_committed, round_decide, round_state
@@ -61,7 +61,7 @@ class RoundReport:
 
     round: PlacementRound | None
     skipped: bool = False
-    admitted: list[tuple[int, str, list[dict]]] = field(default_factory=list)  # id, name, placements
+    admitted: list[tuple[int, str, tuple[ReplicaPlacement, ...]]] = field(default_factory=list)  # id, name, where
     dropped: list[int] = field(default_factory=list)
     preempted: list[tuple[int, int, str]] = field(default_factory=list)  # victim, preemptor, reason
     pending: int = 0
@@ -210,7 +210,7 @@ def _decisions_commit(result: RoundResult, index: SnapshotIndex, actor: Actor, n
         by_id = {a.workload_id: a for a in result.admitted}
         _mark_admitted(placed, waiting, by_id, actor, now)
         report.dropped = stale + dropped
-        report.admitted = [(wid, index.names.get(wid, ""), placements_to_json(by_id[wid].placements)) for wid in placed]
+        report.admitted = [(wid, index.names.get(wid, ""), by_id[wid].placements) for wid in placed]
         report.preempted = _start_preemptions(result, actor, now)
         _save_reservations(result, placed, loaded=index.reserved)
         if placed and not report.preempted:

@@ -17,7 +17,7 @@ class Command(BaseCommand):
             self.stdout.write("skipped: another round was committing")
             return
         for wid, name, placements in report.admitted:
-            where = ", ".join(f"{p['node']}[{','.join(str(g['index']) for g in p['gpus'])}]" for p in placements)
+            where = ", ".join(f"{p.node}[{','.join(str(g.index) for g in p.gpus)}]" for p in placements)
             self.stdout.write(f"admit   {wid} {name}: {where}")
         for victim, preemptor, reason in report.preempted:
             self.stdout.write(f"preempt {victim} for {preemptor}: {reason}")
