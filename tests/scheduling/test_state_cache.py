@@ -125,6 +125,27 @@ def test_a_change_to_the_nodes_a_round_just_filled_is_seen_by_the_next_round(fle
     assert len(taken) == 4 and free.first().pk not in taken
 
 
+def test_mig_instances_shares_and_host_resources_a_round_takes_match_a_full_reload(fleet, clock):
+    # A round applies what it admitted to the cache itself: MIG instances off the free lists,
+    # milli shares off a GPU, a pod set's CPU and memory once per replica, as a re-read reads them.
+    Node.objects.update(cpu_cores=64, memory_mib=512_000)
+    Gpu.objects.filter(node__name="n1", index=0).update(
+        mig_enabled=True, mig_instances=[{"profile": "1g.10gb", "gi_id": i} for i in (1, 2, 3)])
+    Gpu.objects.filter(node__name="n2").update(sharing_mode="time_slicing", sharing_replicas=4)
+    assert_cache_equals_reload(clock)
+    host = {"cpu_millicores": 4000, "memory_mib": 32_000}
+    jobs = [
+        workload_submit(spec={**training(name, 1, priority="research-batch"), "pod_sets": [
+            {"name": name, "replicas": replicas, "flavor": fleet.name, **shape, **host}]}, actor=OPS)
+        for name, replicas, shape in (("mig", 2, {"mig_profile": "1g.10gb", "gpus_per_replica": 0}),
+                                      ("shares", 3, {"milli_gpu": 250, "gpus_per_replica": 0}),
+                                      ("whole", 2, {"gpus_per_replica": 2}))
+    ]
+    run_round(clock)
+    assert Workload.objects.filter(pk__in=[j.pk for j in jobs], state=WorkloadState.RUNNING).count() == 3
+    assert assert_cache_equals_reload(clock)["kind"] == "delta"
+
+
 def test_rounds_on_the_cache_decide_as_rounds_on_a_full_load(fleet, clock, settings):
     for i, gpus in enumerate((8, 8, 4, 4, 2, 1, 1, 16, 24)):
         _submit(f"w{i}", gpus)
