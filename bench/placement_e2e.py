@@ -29,6 +29,10 @@ from bench.benchdb import django_setup, drop_database, scratch_database
 # database at run time, and Django reads DATABASE_URL once, at django.setup().
 
 ROOT = Path(__file__).resolve().parent.parent
+# Warm rounds admitting at the default depth before the depth-0 one; goal (b) is their median (the
+# host's speed varies from second to second: three made the verdict a coin toss).
+WARM_ROUNDS = 6
+DEPTH0 = 1 + WARM_ROUNDS  # the sequence's row of the depth-0 round
 
 
 def _load(snapshot: Snapshot, epoch: datetime) -> None:
@@ -232,7 +236,8 @@ def _sequence(snapshot: Snapshot, default_depth: int, *, keep: bool) -> list[Rou
         print(f"\n  {len(snapshot.nodes):,} nodes / {sum(len(n.gpus) for n in snapshot.nodes):,} GPUs, "
               f"{len(snapshot.pending):,} pending (rows written in {setup_s:.1f} s)")
         rows = [_round(f"cold: first round of the process, depth {default_depth}", actor, default_depth)]
-        rows += [_round(f"warm: round {i}, depth {default_depth}", actor, default_depth) for i in (2, 3, 4)]
+        rows += [_round(f"warm: round {i}, depth {default_depth}", actor, default_depth)
+                 for i in range(2, 2 + WARM_ROUNDS)]
         rows.append(_round("warm: depth 0 (every workload still pending)", actor, 0))
         # Rounds until one admits nothing (the first reads the depth-0 round's changes), then one
         # with nothing changed since: a scheduler at rest with a full fleet and a backlog.
@@ -304,7 +309,7 @@ def _goals(cold: RoundRow, rows: list[RoundRow], depth: int, nodes: int) -> None
         return "met" if ok else "NOT met"
 
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-    rest, admitting, depth0 = rows[-1], rows[1:4], rows[4]
+    rest, admitting, depth0 = rows[-1], rows[1:DEPTH0], rows[DEPTH0]
     best = min(admitting, key=lambda r: r.wall_ms)
     median = sorted(r.wall_ms for r in admitting)[len(admitting) // 2]
     rates = [r.admitted / (r.wall_ms / 1000) for r in (cold, depth0) if r.wall_ms]
@@ -324,7 +329,7 @@ def _scaling(table: dict[int, list[RoundRow]], depth: int) -> None:
     print(f"\n  scaling: wall ms per round (x: growth from the size before; fleet and pending grow "
           f"{sizes[1] / sizes[0]:g}x per step, so linear = that factor)")
     picks = [("cold (cache loads)", 0), (f"warm, admitting (d{depth})", 2), (f"nothing changed (d{depth})", -1),
-             ("depth 0, warm", 4)]
+             ("depth 0, warm", DEPTH0)]
     print(f"    {'nodes':>8} {'GPUs':>9}" + "".join(f"{label:>28}" for label, _ in picks) + "   depth 0 placements/s")
     for i, size in enumerate(sizes):
         cells = []
@@ -332,7 +337,7 @@ def _scaling(table: dict[int, list[RoundRow]], depth: int) -> None:
             row = table[size][at]
             grow = f" ({row.wall_ms / table[sizes[i - 1]][at].wall_ms:.1f}x)" if i else ""
             cells.append(f"{row.wall_ms:,.0f}{grow}")
-        d0 = table[size][4]
+        d0 = table[size][DEPTH0]
         rate = d0.admitted / (d0.wall_ms / 1000) if d0.wall_ms else 0.0
         print(f"    {size:>8,} {size * 8:>9,}" + "".join(f"{c:>28}" for c in cells)
               + f"   {rate:,.0f} ({d0.admitted:,} of {d0.considered:,})")
