@@ -12,7 +12,8 @@ Phases (each one's duration is logged and kept on the PlacementRound row):
    decision whose GPUs were taken meanwhile is dropped whole, the workload stays pending.
    The placed gangs become admitted, preemptions start (victim -> preempting, Preemption row
    with the grace deadline, the victim asked to stop on commit), reservations are saved and
-   the round's audit row is written;
+   the round's audit row is written; after it commits, the state cache takes the admitted gangs
+   onto the nodes they landed on (state_cache.round_committed) instead of re-reading them;
 4. reasons, after commit: every still-waiting workload's pending reason and message.
    A round that admitted from a queue whose whole considered head (ROUND_QUEUE_DEPTH) it saw
    asks for the next round at once: what waits behind that head was not looked at yet.
