@@ -33,6 +33,16 @@ def clock(at: float) -> str:
     return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def no_flavor(cap: Capacity, need: Need) -> Miss:
+    """Why no flavor may take a pod set (placement.flavor_order gave none): its flavor has no node,
+    or no node offers one of its accepted products."""
+    ps = need.spec
+    if ps.flavor is not None and ps.flavor not in cap.flavors:
+        return Miss(PendingReason.FLAVOR_UNAVAILABLE, f"pod set {ps.name}: no node has flavor {ps.flavor}")
+    wanted = ", ".join(ps.accepted_products) or "any"
+    return Miss(PendingReason.FLAVOR_UNAVAILABLE, f"pod set {ps.name}: no node offers an accepted product ({wanted})")
+
+
 def explain(cap: Capacity, fx: FlavorIndex, need: Need, where: Where) -> Miss:
     """Describe a failed placement of `need` on flavor `fx` from the indexes (no search)."""
     ps = need.spec.name

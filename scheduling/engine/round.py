@@ -23,7 +23,7 @@ from .placement import Kind, Need, Placed, Where, flavor_demand, flavor_order, n
 from .preemption import Preemptor
 from .quota import QuotaBook
 from .quota_eta import Holder, Waiter, quota_etas
-from .reasons import Miss, explain
+from .reasons import Miss, explain, no_flavor
 from .scoring import scorer_for
 from .snapshot import Capacity, Change, FlavorIndex
 from .types import (
@@ -240,7 +240,7 @@ class Round:
                     changes: list[Change], quiet: bool) -> list[ReplicaPlacement] | Miss:
         flavors = flavor_order(self.cap, need)
         if not flavors:
-            return self._no_flavor(need)
+            return no_flavor(self.cap, need)
         where = Where(frozenset(need.spec.accepted_products), base.rack, base.node, base.rack_required)
         miss: Miss | None = None
         for flavor in flavors:
@@ -283,14 +283,6 @@ class Round:
         if need.kind == Kind.SHARE:
             return bool(fx.shares) and fx.shares[-1][0] >= need.milli
         return bool(fx.mig_gpus)
-
-    def _no_flavor(self, need: Need) -> Miss:
-        ps = need.spec
-        if ps.flavor is not None and ps.flavor not in self.cap.flavors:
-            return Miss(PendingReason.FLAVOR_UNAVAILABLE, f"pod set {ps.name}: no node has flavor {ps.flavor}")
-        wanted = ", ".join(ps.accepted_products) or "any"
-        return Miss(PendingReason.FLAVOR_UNAVAILABLE,
-                    f"pod set {ps.name}: no node offers an accepted product ({wanted})")
 
     def _whole_node_gang(self, needs: list[Need]) -> bool:
         """One pod set of whole-node replicas: pick_whole_nodes honours the rack rule itself."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from scheduling.engine import SchedulerConfig
-from scheduling.engine.types import PendingReason, PreemptionReason, Topology
+from scheduling.engine.round import never_fit_for
+from scheduling.engine.types import PendingReason, PreemptionReason, Quota, Topology
 
 from .builders import NOW, Case, SnapshotBuilder, case, nodes_of, run
 
@@ -216,6 +217,77 @@ NEVER_CASES = [
 @pytest.mark.parametrize("c", NEVER_CASES)
 def test_never_fit_is_unsatisfiable(c: Case) -> None:
     run(c)
+
+
+def mixed_fleet(*, l40s: dict | None = None, a100: dict | None = None) -> SnapshotBuilder:
+    """Two H100 nodes (exclusive, no MIG), an L40S node of shareable GPUs and an A100 node with
+    1g.10gb instances on GPU 0 (`l40s`, `a100`: node options that differ); quota in all three."""
+    quotas = {f: Quota(1000) for f in ("h100", "l40s", "a100")}
+    return (SnapshotBuilder().queue("q", quotas).nodes("n1", "n2", product="H100")
+            .node("l1", "r3", gpus=4, flavor="l40s", product="L40S", **{"shareable": True, **(l40s or {})})
+            .node("a1", "r4", flavor="a100", product="A100", **{"mig": {0: {"1g.10gb": ["1", "2"]}}, **(a100 or {})}))
+
+
+def product_case(id: str, snapshot: SnapshotBuilder, *, fact: str | None, **want: object) -> object:
+    """A row of PRODUCT_CASES: the round's case and the fact submission refuses it with."""
+    return pytest.param(Case(snapshot.build(), **want), fact, id=id)  # type: ignore[arg-type]
+
+
+# Shares and MIG slices limited to accepted GPU products: the round's case and the fact submission
+# refuses it with (None: it may be submitted). The round says the same fact: UNSATISFIABLE, or
+# FLAVOR_UNAVAILABLE where no node has an accepted product at all (as for whole GPUs above).
+NO_PRODUCT = "pod set main: no node offers an accepted product (B200)"
+NO_MIG = "pod set main asks for MIG profile 1g.10gb, which no healthy GPU of an accepted product ({}) offers"
+PRODUCT_CASES = [
+    product_case("a_share_on_an_accepted_product_present_nowhere",
+                 mixed_fleet().job(1, "half", milli=500, flavor=None, products=("B200",)),
+                 want_pending={1: PendingReason.FLAVOR_UNAVAILABLE}, fact=NO_PRODUCT),
+    product_case("a_mig_slice_on_an_accepted_product_present_nowhere",
+                 mixed_fleet().job(1, "slice", mig="1g.10gb", flavor=None, products=("B200",)),
+                 want_pending={1: PendingReason.FLAVOR_UNAVAILABLE}, fact=NO_PRODUCT),
+    product_case("a_mig_profile_offered_only_by_other_products_gpus",
+                 mixed_fleet().job(1, "slice", mig="1g.10gb", flavor=None, products=("H100",)),
+                 want_pending={1: NEVER}, fact=NO_MIG.format("H100")),
+    product_case("a_mig_profile_offered_only_by_an_unhealthy_gpu_of_the_accepted_product",
+                 mixed_fleet(a100={"unhealthy": (0,)}).job(1, "slice", mig="1g.10gb", flavor=None, products=("A100",)),
+                 want_pending={1: NEVER}, fact=NO_MIG.format("A100")),
+    product_case("a_share_whose_accepted_products_gpus_are_all_unhealthy",
+                 mixed_fleet(l40s={"unhealthy": (0, 1, 2, 3)}).job(1, "half", milli=500, flavor=None,
+                                                                   products=("L40S",)),
+                 want_pending={1: NEVER}, fact="pod set main needs 500 milli-GPU on a shareable l40s GPU"),
+    product_case("a_gang_of_shares_larger_than_the_accepted_products_gpus_hold",
+                 mixed_fleet().job(1, "shards", replicas=5, milli=600, flavor=None, products=("L40S",)),
+                 want_pending={1: NEVER}, fact="pod set main needs 600 milli-GPU on a shareable l40s GPU"),
+    product_case("a_share_on_an_accepted_product_that_exists_is_placed",
+                 mixed_fleet().job(1, "half", milli=500, flavor=None, products=("L40S",)),
+                 want_admitted=[1], want_gpus={1: {"l1": [0]}}, fact=None),
+    product_case("a_mig_slice_on_an_accepted_a100_is_placed",
+                 mixed_fleet().job(1, "slice", mig="1g.10gb", flavor=None, products=("A100",)),
+                 want_admitted=[1], want_gpus={1: {"a1": [0]}}, fact=None),
+    product_case("a_mig_slice_whose_accepted_products_instances_are_in_use_waits",
+                 mixed_fleet(a100={"mig": {0: {"1g.10gb": []}}})
+                 .job(1, "slice", mig="1g.10gb", flavor=None, products=("A100",)),
+                 want_pending={1: PendingReason.INSUFFICIENT_CAPACITY}, fact=None),
+    # Sharing is GPU configuration an operator may switch on: exclusive GPUs of an accepted
+    # product keep a share waiting, they do not refuse it.
+    product_case("a_share_on_an_accepted_product_whose_gpus_are_exclusive_waits",
+                 mixed_fleet().job(1, "half", milli=500, flavor=None, products=("H100",)),
+                 want_pending={1: PendingReason.INSUFFICIENT_CAPACITY}, fact=None),
+]
+
+
+@pytest.mark.parametrize(("c", "fact"), PRODUCT_CASES)
+def test_shares_and_mig_slices_never_fit_on_accepted_products_that_cannot_hold_them(c: Case, fact: str | None
+                                                                                   ) -> None:
+    why = never_fit_for(c.snapshot.nodes).why(c.snapshot.pending[0])  # what submission asks
+    if fact is None:
+        assert why is None
+    else:
+        assert why is not None and fact in why
+    result = run(c)
+    if fact is not None:
+        [miss] = result.pending
+        assert fact in miss.message
 
 
 # --- ETA ------------------------------------------------------------------------------------------
