@@ -28,9 +28,12 @@ def _pod_set(ps: PodSetDraft) -> PodSetSpec:
 
 def never_fit_refuse(draft: WorkloadDraft, *, fleet: FleetShape) -> None:
     """Raise ValidationError naming why `draft` could never be placed, even on its flavors'
-    whole fleet (as `fleet` read it) with every GPU free, its accepted GPU models included. A single GPU or
-    share that takes any model is not asked: it fits wherever its flavor and profile exist, which parsing
-    checked already; one limited to models no node offers is refused like a gang."""
+    whole fleet (as `fleet` read it) with every GPU free, its accepted GPU models included
+    (scheduling.engine.feasibility.NeverFit, the rule rounds use for UNSATISFIABLE). A single GPU, share or
+    MIG slice that takes any model is not asked: it fits wherever its flavor and profile exist, which
+    parsing checked already (a share, like a whole GPU, needs only a GPU not in MIG mode: sharing is
+    configuration); one limited to models is asked, so shares and MIG slices on models no node offers, or
+    whose GPUs offer no such profile, are refused like a gang."""
     if all(ps.replicas * max(1, ps.gpus_per_replica) <= 1 and not ps.accepted_products for ps in draft.pod_sets):
         return
     flavors = (None if any(ps.flavor is None for ps in draft.pod_sets)

@@ -206,6 +206,60 @@ def test_a_workload_its_accepted_products_can_never_hold_is_refused_at_submit(l4
     assert both.status_code == 201, both.content
 
 
+@pytest.fixture
+def a100_mig_node(l40s_node):
+    """One A100 node beside them whose GPU 0 offers MIG 1g.10gb (no H100 or L40S offers MIG); the
+    L40S GPUs time-slice."""
+    a100 = GpuFlavor.objects.create(name="A100-SXM4-80GB", product="NVIDIA A100-SXM4-80GB", memory_mib=81920)
+    node = Node.objects.create(name="a1", rack=Rack.objects.create(name="r4"), flavor=a100)
+    Gpu.objects.bulk_create(
+        Gpu(uuid=f"GPU-a1-{g}", node=node, index=g, product=a100.product, memory_mib=81920, mig_enabled=g == 0,
+            mig_instances=[{"profile": "1g.10gb", "gi_id": gi} for gi in (7, 8)] if g == 0 else [])
+        for g in range(8))
+    Gpu.objects.filter(node__name="l1").update(sharing_mode="time_slicing", sharing_replicas=4)
+    QueueQuota.objects.create(queue=Queue.objects.get(name="research-q"), flavor=a100, nominal=8)
+    return a100
+
+
+def slice_on_products(name: str, shape: dict, *products: str) -> dict:
+    spec = training(name, 1, priority="research-batch")
+    spec["pod_sets"] = [{"name": "worker", "replicas": 1, "gpus_per_replica": 0, "accepted_products": list(products),
+                         **shape}]
+    return spec
+
+
+@pytest.mark.parametrize(("shape", "products", "fact"), [
+    ({"milli_gpu": 500}, ["NVIDIA B200"], "pod set worker: no node offers an accepted product (NVIDIA B200)"),
+    ({"mig_profile": "1g.10gb"}, ["NVIDIA B200"], "pod set worker: no node offers an accepted product (NVIDIA B200)"),
+    ({"mig_profile": "1g.10gb"}, ["NVIDIA H100 80GB HBM3"],
+     "pod set worker asks for MIG profile 1g.10gb, which no healthy GPU of an accepted product "
+     "(NVIDIA H100 80GB HBM3) offers"),
+], ids=["share-on-b200", "mig-on-b200", "mig-on-h100"])
+def test_a_share_or_mig_slice_its_accepted_products_can_never_hold_is_refused_at_submit(
+        a100_mig_node, team_member, shape, products, fact):
+    client = api_for(team_member)
+    response = client.post("/api/v1/workloads/", slice_on_products("slice", shape, *products), format="json")
+    assert response.status_code == 400
+    assert response.json() == {"pod_sets": [f"This workload can never fit the whole healthy fleet: {fact}."]}
+    assert not Workload.objects.exists()
+    for name, fits, product in (("half", {"milli_gpu": 500}, "NVIDIA L40S"),
+                                ("a100-slice", {"mig_profile": "1g.10gb"}, "NVIDIA A100-SXM4-80GB")):
+        accepted = client.post("/api/v1/workloads/", slice_on_products(name, fits, product), format="json")
+        assert accepted.status_code == 201, accepted.content
+
+
+def test_a_mig_slice_whose_accepted_products_no_longer_offer_its_profile_is_unsatisfiable(a100_mig_node, clock):
+    waiting = _submit(slice_on_products("a100-slice", {"mig_profile": "1g.10gb"}, "NVIDIA A100-SXM4-80GB"))
+    Gpu.objects.filter(node__name="a1", index=0).update(health=GpuHealth.UNHEALTHY)
+
+    run_round(clock)
+    waiting.refresh_from_db()
+    assert waiting.pending_reason == "UNSATISFIABLE"
+    assert waiting.pending_message == ("can never fit the whole healthy fleet: pod set worker asks for MIG profile "
+                                       "1g.10gb, which no healthy GPU of an accepted product (NVIDIA A100-SXM4-80GB) "
+                                       "offers")
+
+
 def test_a_workload_its_accepted_products_no_longer_hold_is_unsatisfiable(l40s_node, clock):
     waiting = _submit(on_products("l40s-4", 4, "NVIDIA L40S"))
     Gpu.objects.filter(node__name="l1", index=0).update(health=GpuHealth.UNHEALTHY)
