@@ -77,9 +77,11 @@ def mtbf_per_gpu_hours(now: datetime) -> tuple[float, str]:
     failures = _failure_source(since) if _failure_source is not None else 0
     hours = observed_gpu_hours(since=since, now=now) if failures > 0 else 0.0
     if failures <= 0 or hours <= 0:
-        return DEFAULT_MTBF_GPU_HOURS, "default (no failures recorded)"
-    return hours / failures, (f"{failures} failure{pluralize(failures)} over {hours:,.1f} observed GPU-hours "
-                              f"(last {FAILURE_WINDOW_DAYS} days)")
+        return DEFAULT_MTBF_GPU_HOURS, "default: no failures recorded"
+    # Whole hours once there are many (138,240, not 138,240.0); a tenth for a fleet minutes old (2.1).
+    observed = f"{hours:,.0f}" if hours >= 100 else f"{hours:,.1f}"
+    return hours / failures, (f"{failures} failure{pluralize(failures)} over {observed} observed GPU-hours "
+                              f"in the last {FAILURE_WINDOW_DAYS} days")
 
 
 def checkpoint_advice(workload: Workload, *, now: datetime, gpus: int | None = None) -> dict:

@@ -68,7 +68,7 @@ def test_checkpoint_advice_follows_the_fleets_failures(research_queue, with_pci,
     assert response.status_code == 200, response.content
 
     after = api.get(f"/api/v1/workloads/{a['id']}/").json()["checkpoint"]
-    assert after["mtbf_source"] == "1 failure over 138,240.0 observed GPU-hours (last 90 days)"
+    assert after["mtbf_source"] == "1 failure over 138,240 observed GPU-hours in the last 90 days"
     assert after["mtbf_per_gpu_hours"] == 64 * 90 * 24
     # Young: sqrt(2 × 120 s × MTBF of a 32-GPU job); one failure in 90 days beats the default's guess.
     assert after["interval_seconds"] == round(math.sqrt(2 * 120 * 64 * 90 * 24 * 3600 / 32))
@@ -77,12 +77,12 @@ def test_checkpoint_advice_follows_the_fleets_failures(research_queue, with_pci,
         agent_client(node).post("/api/v1/telemetry/kernel-log/", {"node": node, "lines": [xid_line(node, 0)]},
                                 format="json")
     worse = api.get(f"/api/v1/workloads/{a['id']}/").json()["checkpoint"]
-    assert worse["mtbf_source"] == "3 failures over 138,240.0 observed GPU-hours (last 90 days)"
+    assert worse["mtbf_source"] == "3 failures over 138,240 observed GPU-hours in the last 90 days"
     assert worse["interval_seconds"] < before["interval_seconds"] < after["interval_seconds"]
     page = Client()
     page.force_login(viewer)
     detail = page.get(f"/scheduling/workloads/{a['id']}/")
-    assert "3 failures over 138,240.0 observed GPU-hours (last 90 days)" in detail.content.decode()
+    assert "3 failures over 138,240 observed GPU-hours in the last 90 days" in detail.content.decode()
     assert f"Checkpoint every <strong>{round(worse['interval_seconds'] / 60)} minutes" in detail.content.decode()
 
 
@@ -97,7 +97,7 @@ def test_a_fleet_installed_minutes_ago_is_credited_minutes_not_the_whole_window(
     assert response.status_code == 200, response.content
     advice = api_for(team_member).get(f"/api/v1/workloads/{a['id']}/").json()["checkpoint"]
     # 64 GPUs × 2 minutes = 2.1 GPU-hours per failure (was 64 × 90 days: 138,240 h).
-    assert advice["mtbf_source"] == "1 failure over 2.1 observed GPU-hours (last 90 days)"
+    assert advice["mtbf_source"] == "1 failure over 2.1 observed GPU-hours in the last 90 days"
     assert advice["mtbf_per_gpu_hours"] == pytest.approx(2.1, abs=0.05)
 
 
@@ -111,7 +111,11 @@ def test_the_seeds_checkpoint_example_on_the_workload_page(research_queue, team_
     page.force_login(viewer)
     body = page.get(f"/scheduling/workloads/{a['id']}/").content.decode()
     assert "Checkpoint every <strong>49 minutes" in body
-    assert "10.0 h <span class=\"muted\">(the workload&#x27;s own)</span>" in body
+    assert "10 h <span class=\"muted\">(the workload&#x27;s own)</span>" in body
+    # No failures recorded: the default reads as a number with its reason, one pair of brackets.
+    assert "50,000 h <span class=\"muted\">(default: no failures recorded)</span>" in body
+    inputs = body.split('id="checkpoint-inputs"', 1)[1].split("</dl>", 1)[0]
+    assert "((" not in inputs and "))" not in inputs
     bad = api_for(team_member).post("/api/v1/workloads/", {**training("x", 8), "mtbf_hours": 0}, format="json")
     assert bad.status_code == 400 and bad.json()["mtbf_hours"] == ["Must be from 0.1 to 1000000 hours."]
 

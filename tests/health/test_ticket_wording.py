@@ -36,6 +36,6 @@ def test_checkpoint_advice_counts_one_failure_and_one_gpu_in_the_singular(cluste
     client = Client()
     client.force_login(viewer)
     body = client.get(f"/scheduling/workloads/{solo.pk}/").content.decode()
-    assert "(1 failure over 138,240.0 observed GPU-hours (last 90 days))" in body
+    assert "(1 failure over 138,240 observed GPU-hours in the last 90 days)" in body
     assert "(the fleet&#x27;s per-GPU MTBF over 1 GPU)" in body
     assert "1 failures" not in body and "1 GPUs" not in body
