@@ -17,17 +17,21 @@ class WorkloadTable(tables.Table):
     state = tables.Column()
     # Sorted by the GPUs quota counts (Workload.gpus_asked, stored from the engine's rule); the
     # label says what is asked in words, since 1 reads the same for a MIG slice and a whole GPU.
+    # The CSV carries the number in "GPUs" (value_gpus) and the words in "GPU request", a column
+    # only the export shows, so a spreadsheet can add the GPUs up.
     gpus = tables.Column(accessor="gpus_asked_label", verbose_name="GPUs", order_by=("gpus_asked", "id"),
                          attrs={"td": {"class": "gpus-asked",
                                        "title": lambda record: f"Counts {record.gpus_asked} against quota"}})
+    gpu_request = tables.Column(accessor="gpus_asked_label", verbose_name="GPU request", visible=False,
+                                orderable=False)
     submitted_at = tables.DateTimeColumn(format="Y-m-d H:i:s", verbose_name="Submitted")
     time_to_bind = tables.Column(verbose_name="Time to bind", default="—")
     requeue_count = tables.Column(verbose_name="Requeues")
 
     class Meta:
         model = Workload
-        fields = ("name", "team", "queue", "priority", "state", "gpus", "submitted_at", "time_to_bind",
-                  "requeue_count")
+        fields = ("name", "team", "queue", "priority", "state", "gpus", "gpu_request", "submitted_at",
+                  "time_to_bind", "requeue_count")
         order_by = ("-submitted_at",)
         attrs = {"id": "workloads", "class": "data-table"}
         empty_text = "No workloads."
@@ -39,6 +43,9 @@ class WorkloadTable(tables.Table):
 
     def value_state(self, record: Workload) -> str:
         return record.get_state_display()
+
+    def value_gpus(self, record: Workload) -> int:
+        return record.gpus_asked
 
     def render_time_to_bind(self, value) -> str:
         return f"{value.total_seconds():.1f} s"

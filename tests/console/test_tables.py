@@ -136,7 +136,16 @@ def test_the_workloads_table_sorts_by_priority_and_exports(inventory, page):
     exported = list(csv.reader(io.StringIO(page.get("/scheduling/workloads/", {"_export": "csv", "sort": "name"})
                                            .content.decode())))
     assert [r[0] for r in exported[1:]] == ["eval-b", "eval-c", "train-a"]
-    assert exported[0][:5] == ["Workload", "Team", "Queue", "Priority", "State"]
+    assert exported[0][:7] == ["Workload", "Team", "Queue", "Priority", "State", "GPUs", "GPU request"]
+    # The number a spreadsheet can add up, and the request in words beside it (not "2 GPUs (1 × 2)" alone).
+    assert [r[5:7] for r in exported[1:]] == [["2", "2 GPUs"]] * 3
+    wide = Workload.objects.get(name="eval-b")
+    wide.pod_sets.update(replicas=8, gpus_per_replica=8)
+    Workload.objects.filter(pk=wide.pk).update(gpus_asked=64)
+    exported = list(csv.reader(io.StringIO(page.get("/scheduling/workloads/", {"_export": "csv", "q": "eval-b"})
+                                           .content.decode())))
+    assert exported[1][5:7] == ["64", "64 GPUs (8 × 8)"]
+    assert "GPU request" not in page.get("/scheduling/workloads/").content.decode()  # the page has one GPUs column
 
 
 @pytest.mark.parametrize("url", ["/nodes/", "/gpus/", "/scheduling/workloads/"])
