@@ -151,4 +151,12 @@ class WorkloadSubmitForm(forms.Form):
         for key, messages in errors.items():
             field = _FIELD_OF.get(key, key if key in self.fields else None)
             for message in messages:
-                self.add_error(field, message)
+                self.add_error(self._field_for(key, message, field), message)
+
+    def _field_for(self, key: str, message: str, field: str | None) -> str | None:
+        """The never-fit check names the whole pod set ("pod_sets"); when what can never fit is
+        the accepted GPU products the person typed, the words go on that field, not on the gang size."""
+        typed = self.cleaned_data.get("accepted_products", "").strip()
+        if key == "pod_sets" and typed and "accepted product" in message:
+            return "accepted_products"
+        return field

@@ -81,6 +81,21 @@ PARITY = [
     ({"name": ""}, {"name": ""}, "name", "name"),
     ({"image": "Not An Image!"}, {"pod_sets": [{**BODY["pod_sets"][0], "image": "Not An Image!"}]}, "image",
      "pod_sets[0].image"),
+    # Accepted products no node offers: never fits, for a gang and for a share of one GPU alike.
+    ({"accepted_products": "NVIDIA B200", "topology": ""},
+     {"pod_sets": [{**BODY["pod_sets"][0], "accepted_products": ["NVIDIA B200"]}], "topology": None},
+     "accepted_products", "pod_sets"),
+    ({"accepted_products": "NVIDIA B200, NVIDIA GB200", "kind": "share", "milli_gpu": "500", "replicas": "1",
+      "topology": "", "elastic_min_replicas": ""},
+     {"pod_sets": [{"name": "main", "replicas": 1, "milli_gpu": 500, "flavor": FLAVOR,
+                    "accepted_products": ["NVIDIA B200", "NVIDIA GB200"]}],
+      "topology": None, "elastic_min_replicas": None},
+     "accepted_products", "pod_sets"),
+    # Same rack required, but 5 whole nodes (not elastic) when a rack holds 4.
+    ({"replicas": "5", "elastic_min_replicas": ""},
+     {"pod_sets": [{**BODY["pod_sets"][0], "replicas": 5}], "elastic_min_replicas": None}, "topology", "topology"),
+    ({"mtbf_hours": "0"}, {"mtbf_hours": 0}, "mtbf_hours", "mtbf_hours"),
+    ({"mtbf_hours": "ten"}, {"mtbf_hours": "ten"}, "mtbf_hours", "mtbf_hours"),
 ]
 
 
