@@ -44,6 +44,12 @@ class NodeSerializer(serializers.ModelSerializer):
     gpu_total = serializers.IntegerField(read_only=True)
     gpu_unhealthy = serializers.IntegerField(read_only=True)
     gpu_allocated = serializers.IntegerField(read_only=True)
+    # A mapping, typed as one: not "any value". Imported and operators' labels are strings; the Slurm and
+    # Kubernetes syncs add their facts under slurm.* and k8s.*, some booleans, numbers, lists or objects.
+    labels = serializers.DictField(
+        child=serializers.JSONField(), read_only=True,
+        help_text='Label name to value, e.g. {"zone": "a"}: strings from the inventory file; the backends\' '
+                  'facts (slurm.*, k8s.*) may also be booleans, numbers, null, lists or objects')
 
     class Meta:
         model = Node
