@@ -1,12 +1,19 @@
 """Filters for the API's filtersets: a query parameter never overflows a column, and one the schema
-refuses is a 400 naming it, never a filter silently dropped."""
+refuses is a 400 naming it, never a filter silently dropped. `?search=` on the lists: SearchFilter
+for a queryset, search_terms/search_matches for a list built in Python, refuse_search for an answer
+that is not a list."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 
 from django import forms
+from django.core.exceptions import ImproperlyConfigured
 from django_filters import rest_framework as filters
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_field
+from rest_framework import filters as drf_filters
+from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 
 # The widest integer any backend compares (PostgreSQL BIGINT, SQLite INTEGER). Django already
@@ -89,3 +96,85 @@ class UtcDateTimeFilter(filters.IsoDateTimeFilter):
 
     class field_class(UtcDateTimeField, filters.IsoDateTimeFilter.field_class):
         pass
+
+
+# --- ?search= on the lists ---------------------------------------------------------------------
+
+SEARCH_PARAM = "search"
+MAX_SEARCH_LENGTH = 100  # as the filtersets' own search fields (nodes, GPUs, workloads) take
+# How an answer that is not a list says so in its schema description (tests look for it).
+NO_SEARCH = "No `?search=`"
+SEARCH_SCHEMA = {"type": "string", "maxLength": MAX_SEARCH_LENGTH}
+
+
+def search_description(matches: str) -> str:
+    """The schema's words for a `search` parameter that matches `matches` (e.g. "the rack or spine name")."""
+    return (f"Words that must each be part of {matches}, ignoring case (quote a phrase to keep it whole); "
+            f"at most {MAX_SEARCH_LENGTH} characters.")
+
+
+def search_parameter(matches: str) -> OpenApiParameter:
+    """The `search` parameter of a list built in Python (an APIView or an action), for @extend_schema."""
+    return OpenApiParameter(SEARCH_PARAM, dict(SEARCH_SCHEMA), OpenApiParameter.QUERY, required=False,
+                            description=search_description(matches))
+
+
+def search_terms(request) -> list[str]:
+    """`?search=`'s words (a quoted phrase kept whole; none for an empty or missing search). Given
+    twice, longer than MAX_SEARCH_LENGTH or with a NUL it is a 400 naming it, as StrictFilterBackend
+    answers for the filtersets' own search fields."""
+    values = request.query_params.getlist(SEARCH_PARAM)
+    if len(values) > 1:
+        raise ValidationError({SEARCH_PARAM: [f"Give {SEARCH_PARAM} once, not {len(values)} times."]})
+    field = serializers.CharField(trim_whitespace=False, allow_blank=True, max_length=MAX_SEARCH_LENGTH)
+    try:
+        value = field.run_validation(values[0] if values else "")
+    except ValidationError as exc:
+        raise ValidationError({SEARCH_PARAM: exc.detail}) from exc
+    return drf_filters.search_smart_split(value)
+
+
+def search_matches(terms: Iterable[str], *texts: str | None) -> bool:
+    """Whether every term is part of one of `texts`, ignoring case: SearchFilter's rule, for lists
+    built in Python (idle GPUs from the telemetry source, a team's members, queue usage rows)."""
+    folded = [text.casefold() for text in texts if text]
+    return all(any(term.casefold() in text for text in folded) for term in terms)
+
+
+# The 400 of an answer that refuses a search, for its @extend_schema responses.
+SEARCH_REFUSED = OpenApiResponse(OpenApiTypes.OBJECT,
+                                 description='?search= given: {"search": ["... takes no search."]}')
+
+
+def refuse_search(request, what: str) -> None:
+    """An answer that is not a list takes no `?search=`: a 400 saying so, never a search ignored."""
+    if SEARCH_PARAM in request.query_params:
+        raise ValidationError({SEARCH_PARAM: [f"{what} is not a list: it takes no search."]})
+
+
+def _field_names(search_fields: Iterable[str]) -> str:
+    """["name", "team__name"] -> "the name or team name" (a view without its own search_help)."""
+    names = [field.lstrip("^=@$").replace("__", " ").replace("_", " ") for field in search_fields]
+    return "the " + (", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0])
+
+
+class SearchFilter(drf_filters.SearchFilter):
+    """`?search=` on a list of the API: words that must each be part of one of the view's
+    `search_fields` (ignoring case), as strict as StrictFilterBackend (search_terms). The schema
+    names what it matches from the view's `search_help` ("the rack or spine name"), not DRF's
+    "A search term.". A view that takes this backend without search_fields is a mistake, not a
+    search silently ignored."""
+
+    def get_search_terms(self, request):
+        return search_terms(request)
+
+    def get_search_fields(self, view, request):
+        fields = super().get_search_fields(view, request)
+        if not fields:
+            raise ImproperlyConfigured(f"{type(view).__name__} filters with SearchFilter but has no search_fields")
+        return fields
+
+    def get_schema_operation_parameters(self, view):
+        matches = getattr(view, "search_help", None) or _field_names(view.search_fields)
+        return [{"name": self.search_param, "required": False, "in": "query",
+                 "description": search_description(matches), "schema": dict(SEARCH_SCHEMA)}]

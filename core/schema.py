@@ -1,14 +1,16 @@
 """The OpenAPI schema class: drf-spectacular's, plus the error answers every endpoint of a kind
-can give, so no endpoint has to repeat them: the 400 of every JSON body and every paginated list
-(core.parsers, core.pagination), the 401/403 of every authenticated one, and the 404 of every
-path naming an object."""
+can give, so no endpoint has to repeat them: the 400 of every JSON body, every paginated list
+(core.parsers, core.pagination) and every GET that takes filters or `?search=` (core.filters),
+the 401/403 of every authenticated one, and the 404 of every path naming an object."""
 from __future__ import annotations
 
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from drf_spectacular.plumbing import is_list_serializer
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 from rest_framework.permissions import AllowAny
 
+from core.filters import SEARCH_PARAM
 from core.pagination import MAX_PAGE_LIMIT
 from core.parsers import MAX_JSON_DEPTH
 
@@ -17,6 +19,8 @@ BAD_BODY = (
     f"body no column can store (NUL characters, lone surrogates, nesting deeper than {MAX_JSON_DEPTH})."
 )
 BAD_PAGE = f'limit (1 to {MAX_PAGE_LIMIT}) or offset (0 or more) is not a whole number in range: {{"limit": [...]}}'
+BAD_QUERY = ('A filter or the search is refused (given twice, empty where it needs a value, too long, not one of '
+             'its values), named: {"search": [...]}')
 ERROR_CONTENT = {"application/json": {"schema": {"type": "object", "additionalProperties": {}}}}
 NOT_AUTHENTICATED = 'No or an invalid session, token or node token: {"detail": ...}'
 FORBIDDEN = 'Authenticated, but this role or token scope may not do this: {"detail": ...}'
@@ -87,6 +91,15 @@ class AutoSchema(SpectacularAutoSchema):
     def _bad_request_description(self) -> str | None:
         if self.method in ("POST", "PUT", "PATCH"):
             return BAD_BODY
-        if self.method == "GET" and self._is_list_view() and self._get_paginator() is not None:
-            return BAD_PAGE
-        return None
+        if self.method != "GET":
+            return None
+        bad = [BAD_PAGE] if self._is_list_view() and self._get_paginator() is not None else []
+        if self._takes_query_filters():
+            bad.append(BAD_QUERY)
+        return "; or ".join(bad) or None
+
+    def _takes_query_filters(self) -> bool:
+        """Filters of its filter backends (a list, or an action with filters=True), or a `search`
+        parameter a list built in Python declares (core.filters.search_parameter)."""
+        declared = (p.name for p in self.get_override_parameters() if isinstance(p, OpenApiParameter))
+        return bool(self._get_filter_parameters()) or SEARCH_PARAM in declared

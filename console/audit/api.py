@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import filters as drf_filters
 from rest_framework import serializers, viewsets
 
-from core.filters import StrictFilterBackend
+from core.filters import SearchFilter, StrictFilterBackend
 from core.models import AuditEvent
 
 from .filtersets import AuditEventFilterSet
@@ -37,8 +36,9 @@ class AuditEventSerializer(serializers.ModelSerializer):
 class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = AuditEventSerializer
     filterset_class = AuditEventFilterSet
-    filter_backends = [StrictFilterBackend, drf_filters.SearchFilter]
+    filter_backends = [StrictFilterBackend, SearchFilter]
     search_fields = ["target_repr", "reason", "actor", "verb"]
+    search_help = "the object's name, the reason, the actor or the verb"
 
     def get_queryset(self):
         return audit_events_visible_to(self.request.user)

@@ -7,14 +7,13 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count
 from drf_spectacular.utils import OpenApiResponse, OpenApiTypes, extend_schema, extend_schema_view
-from rest_framework import filters as drf_filters
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
 from rest_framework.response import Response
 
 from core.actors import Actor
 from core.fields import StrictCharField
-from core.filters import StrictFilterBackend
+from core.filters import SearchFilter, StrictFilterBackend
 from core.parsers import StrictJSONParser
 from core.permissions import ReadOnlyOrOperator
 from core.refusals import InUse
@@ -85,7 +84,7 @@ class FlavorViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cre
     serializer_class = FlavorSerializer
     permission_classes = [ReadOnlyOrOperator]
     parser_classes = [StrictJSONParser]
-    filter_backends = [StrictFilterBackend, drf_filters.SearchFilter]
+    filter_backends = [StrictFilterBackend, SearchFilter]
     search_fields = ["name", "product"]
     lookup_field = "name"
     lookup_value_regex = r"[^/]+"
