@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
@@ -10,6 +10,7 @@ from rest_framework.response import Response
 
 from core.actors import Actor
 from core.fields import StrictCharField
+from core.filters import SearchFilter
 from core.models import PersonalAccessToken, TokenScope
 from core.parsers import StrictJSONParser
 from core.tokens import DEFAULT_DAYS, MAX_DAYS, MAX_NAME_LENGTH, token_create, token_revoke
@@ -48,8 +49,13 @@ def _no_wider_than_caller(request, scopes: list[str]) -> None:
                                    "it does not have itself.")
 
 
+@extend_schema_view(list=extend_schema(summary="List your personal access tokens",
+                                       description="`?search=` matches the token's name and key prefix."))
 class TokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = TokenSerializer
+    filter_backends = [SearchFilter]
+    search_fields = ["name", "prefix"]
+    search_help = "the token's name or key prefix"
     parser_classes = [StrictJSONParser]  # the schema's one request type: a form has no null or list
     queryset = PersonalAccessToken.objects.none()  # the schema's model; requests get the person's own
 

@@ -1,6 +1,8 @@
 """/api/v1/fragmentation/ and /api/v1/idle-gpus/: the overview's fragmentation table and the
 idle-allocated list, from the selectors the pages read (console.selectors.fleet_overview and
-health.telemetry), so the API and the pages give the same numbers."""
+health.telemetry), so the API and the pages give the same numbers. The idle list takes `?search=`
+(filtered here: the telemetry source may be Prometheus, not a queryset); the fragmentation table
+is one answer for the fleet and refuses one."""
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -11,6 +13,14 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.filters import (
+    NO_SEARCH,
+    SEARCH_REFUSED,
+    refuse_search,
+    search_matches,
+    search_parameter,
+    search_terms,
+)
 from health import telemetry
 
 from .selectors import fleet_overview
@@ -38,9 +48,11 @@ class FragmentationSerializer(serializers.Serializer):
 
 class FragmentationView(APIView):
     @extend_schema(summary="Fragmentation per flavor", description="The overview's fragmentation table: free GPUs "
-                   "split into those on fully free nodes and those stranded on partly used or degraded ones.",
-                   responses={200: FragmentationSerializer})
+                   "split into those on fully free nodes and those stranded on partly used or degraded ones. "
+                   f"{NO_SEARCH}: one answer for the whole fleet (a 400 if given).",
+                   responses={200: FragmentationSerializer, 400: SEARCH_REFUSED})
     def get(self, request):
+        refuse_search(request, "The fragmentation table")
         data = fleet_overview()
         rows = [asdict(cap) for cap in data.flavors]
         return Response(FragmentationSerializer({"flavors": rows, "total": asdict(data.total)}).data)
@@ -67,12 +79,16 @@ class IdleGpusSerializer(serializers.Serializer):
 
 class IdleGpusView(APIView):
     @extend_schema(summary="Allocated GPUs that sit idle", description="GPUs held by a workload whose SM activity "
-                   "stayed under 5 % for the whole window (the idle GPUs page's list).",
+                   "stayed under 5 % for the whole window (the idle GPUs page's list). `?search=` matches the "
+                   "node, GPU UUID, workload and team.",
+                   parameters=[search_parameter("the node name, GPU UUID, workload or team")],
                    responses={200: IdleGpusSerializer})
     def get(self, request):
+        terms = search_terms(request)  # a bad search is a 400 before the telemetry source is asked
         answer = telemetry.idle_allocated(now=timezone.now())
+        gpus = [gpu for gpu in answer.value if search_matches(terms, gpu.node, gpu.gpu_uuid, gpu.workload, gpu.team)]
         return Response(IdleGpusSerializer({
             "source": answer.source, "notice": answer.notice,
             "window_minutes": telemetry.idle_window().total_seconds() / 60,
-            "gpus": [asdict(gpu) for gpu in answer.value],
+            "gpus": [asdict(gpu) for gpu in gpus],
         }).data)

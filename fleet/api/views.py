@@ -11,7 +11,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from core.actors import Actor
-from core.filters import StrictFilterBackend
+from core.filters import SearchFilter, StrictFilterBackend
 from core.permissions import IsOperator, ReadOnlyOrOperator
 from fleet.agent_tokens import node_token_rotate
 from fleet.filtersets import GpuApiFilterSet, NodeApiFilterSet, RackFilterSet
@@ -33,16 +33,21 @@ NAME_LOOKUP = r"[^/]+"
 
 
 @extend_schema_view(
-    list=extend_schema(summary="List racks", description="Racks with their spine and node/GPU counts."),
+    list=extend_schema(summary="List racks", description="Racks with their spine and node/GPU counts. `?search=` "
+                       "matches the rack and spine names."),
     retrieve=extend_schema(summary="Get a rack by name"),
 )
 class RackViewSet(viewsets.ReadOnlyModelViewSet):
+    """Racks, read by everyone signed in; `?search=` matches the rack's and its spine's names."""
+
     queryset = Rack.objects.select_related("spine").annotate(
         node_count=Count("nodes", distinct=True), gpu_count=Count("nodes__gpus", distinct=True)
     )
     serializer_class = RackSerializer
     filterset_class = RackFilterSet
-    filter_backends = [StrictFilterBackend]
+    filter_backends = [StrictFilterBackend, SearchFilter]
+    search_fields = ["name", "spine__name"]
+    search_help = "the rack or spine name"
     permission_classes = [ReadOnlyOrOperator]
     lookup_field = "name"
     lookup_value_regex = NAME_LOOKUP
@@ -89,7 +94,9 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(
         summary="Export nodes as CSV",
         description="Every node the filters select (the list's filters and columns, ordered by name) in one "
-        "text/csv answer, streamed as it is read, without pages. Objects (labels) are JSON, null an empty cell.",
+        "text/csv answer, streamed as it is read, without pages. Objects (labels) are JSON, null an empty cell. "
+        "`?search=` matches name, hostname and labels, as on the list.",
+        filters=True,  # an action, not `list`: the schema would otherwise leave out the filters it takes
         responses={(200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description="A header row, then one "
                                                       "row per node"),
                    (400, "application/json"): OpenApiResponse(OpenApiTypes.OBJECT,

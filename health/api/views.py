@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
 from django_filters import rest_framework as filters
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, OpenApiTypes, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, OpenApiTypes, extend_schema, extend_schema_view
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied
@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.actors import Actor
-from core.filters import StrictBooleanFilter, StrictFilterBackend, WholeNumberFilter
+from core.filters import SearchFilter, StrictBooleanFilter, StrictFilterBackend, WholeNumberFilter
 from core.parsers import StrictJSONParser
 from core.permissions import IsOperator, ReadOnlyOrOperator
 from fleet.agent.payloads import HeartbeatPayload, RegisterPayload
@@ -260,21 +260,34 @@ class HealthEventFilter(filters.FilterSet):
         fields = ["node", "kind", "severity", "source", "xid", "workload", "unresolved"]
 
 
+@extend_schema_view(get=extend_schema(
+    summary="List health events", description="Newest first; filter by node, kind, severity, source, xid, workload, "
+    "unresolved. `?search=` matches the kind, node, GPU UUID and the evidence (the event's message)."))
 class HealthEventListView(generics.ListAPIView):
-    """Health events, newest first; filter by node, kind, severity, source, xid, workload."""
+    """Health events, newest first; filter by node, kind, severity, source, xid, workload; `?search=`
+    matches kind, node name, GPU UUID and evidence."""
 
     serializer_class = HealthEventSerializer
     filterset_class = HealthEventFilter
-    filter_backends = [StrictFilterBackend]
+    filter_backends = [StrictFilterBackend, SearchFilter]
+    search_fields = ["kind", "node__name", "gpu_uuid", "evidence"]
+    search_help = "the kind, the node name, the GPU UUID or the evidence"
     queryset = HealthEvent.objects.select_related("node")
 
 
+@extend_schema_view(list=extend_schema(
+    summary="List repair tickets", description="Filter by state; `?search=` matches the node name, the evidence, "
+    "the remedy and who opened the ticket."))
 class RepairTicketViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    """Repair tickets; operators open them and move them along (each move with a reason)."""
+    """Repair tickets; operators open them and move them along (each move with a reason). `?search=`
+    matches node name, evidence, remedy and opener."""
 
     permission_classes = [ReadOnlyOrOperator]
     parser_classes = [StrictJSONParser]  # the schema's one request type: a form has no null
+    filter_backends = [StrictFilterBackend, SearchFilter]
     filterset_fields = ["state"]
+    search_fields = ["node__name", "evidence", "remedy", "opened_by"]
+    search_help = "the node name, the evidence, the remedy or who opened it"
 
     def get_queryset(self):
         queryset = RepairTicket.objects.select_related("node")

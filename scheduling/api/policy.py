@@ -15,7 +15,6 @@ from django.db import models
 from django.db.models import Prefetch, Q
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import OpenApiResponse, OpenApiTypes, extend_schema, extend_schema_field, extend_schema_view
-from rest_framework import filters as drf_filters
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
@@ -23,7 +22,15 @@ from rest_framework.response import Response
 
 from core.actors import Actor
 from core.fields import StrictBooleanField, StrictCharField
-from core.filters import StrictBooleanFilter, StrictFilterBackend, UtcDateTimeFilter
+from core.filters import (
+    SearchFilter,
+    StrictBooleanFilter,
+    StrictFilterBackend,
+    UtcDateTimeFilter,
+    search_matches,
+    search_parameter,
+    search_terms,
+)
 from core.parsers import StrictJSONParser
 from core.permissions import ReadOnlyOrOperator
 from core.refusals import InUse
@@ -105,7 +112,7 @@ class PolicyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cre
 
     permission_classes = [ReadOnlyOrOperator]
     parser_classes = [StrictJSONParser]  # the schema's one request type
-    filter_backends = [StrictFilterBackend, drf_filters.SearchFilter]
+    filter_backends = [StrictFilterBackend, SearchFilter]
     lookup_field = "name"
     lookup_value_regex = NAME_LOOKUP
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
@@ -208,15 +215,20 @@ class TeamViewSet(PolicyViewSet):
             qs = qs.filter(memberships__user=user)
         return qs.distinct() if self.action == "list" else qs
 
-    @extend_schema(summary="List a team's members", responses={200: serializers.ListSerializer(
-        child=serializers.CharField())})
+    @extend_schema(summary="List a team's members", description="Usernames, sorted; `?search=` matches them.",
+                   parameters=[search_parameter("the username")],
+                   responses={200: serializers.ListSerializer(child=serializers.CharField())})
     @action(detail=True, methods=["get"], url_path="members", pagination_class=None, filter_backends=[])
     def members(self, request, name=None):
-        return Response(self.get_serializer(self.get_object()).data["members"])
+        terms = search_terms(request)
+        members = self.get_serializer(self.get_object()).data["members"]
+        return Response([username for username in members if search_matches(terms, username)])
 
     @extend_schema(summary="Add a member to a team", description="Idempotent; audited. Operators only.",
                    request=MemberInputSerializer,
-                   responses={201: TeamSerializer, 400: OpenApiResponse(description='{"username": ["No such user."]}')})
+                   responses={201: TeamSerializer, 400: OpenApiResponse(
+                       OpenApiTypes.OBJECT, description='Invalid input, keyed by field: {"username": ["No such '
+                       'user."]}')})
     @members.mapping.post
     def member_add(self, request, name=None):
         team = self.get_object()
@@ -457,11 +469,15 @@ class QueueViewSet(PolicyViewSet):
         return self._answer(self._call(policy.queue_update, queue=self.get_object()))
 
     @extend_schema(summary="Quota use of every queue per flavor", description=(
-        "Flat rows: nominal, used, borrowed, lent and pending demand, the queues page's numbers."),
+        "Flat rows: nominal, used, borrowed, lent and pending demand, the queues page's numbers. `?search=` "
+        "matches the queue, cohort and flavor names."),
+        parameters=[search_parameter("the queue, cohort or flavor name")],
         responses={200: QueueUsageSerializer(many=True)})
     @action(detail=False, methods=["get"], url_path="usage", pagination_class=None, filter_backends=[])
     def usage(self, request):
-        return Response(QueueUsageSerializer(queue_usage(), many=True).data)
+        terms = search_terms(request)
+        rows = [row for row in queue_usage() if search_matches(terms, row["queue"], row["cohort"], row["flavor"])]
+        return Response(QueueUsageSerializer(rows, many=True).data)
 
 
 # --- priority classes ----------------------------------------------------------------------------
@@ -562,6 +578,6 @@ class PreemptionFilter(filters.FilterSet):
 class PreemptionViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = PreemptionSerializer
     filterset_class = PreemptionFilter
-    filter_backends = [StrictFilterBackend, drf_filters.SearchFilter]
+    filter_backends = [StrictFilterBackend, SearchFilter]
     search_fields = ["victim__name", "preemptor__name", "message"]
     queryset = Preemption.objects.select_related("victim__team", "preemptor__team")

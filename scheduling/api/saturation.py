@@ -9,6 +9,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.filters import NO_SEARCH, SEARCH_REFUSED, refuse_search
 from scheduling.saturation import saturation
 
 
@@ -40,8 +41,10 @@ class SaturationSerializer(serializers.Serializer):
 
 
 class SaturationView(APIView):
-    @extend_schema(summary="Saturation signals", responses={200: SaturationSerializer},
+    @extend_schema(summary="Saturation signals", responses={200: SaturationSerializer, 400: SEARCH_REFUSED},
                    description="Pending per priority class, queue wait by job size, time-to-bind p95, "
-                               "preemptions per hour and idle GPUs no waiting workload can use.")
+                               "preemptions per hour and idle GPUs no waiting workload can use. "
+                               f"{NO_SEARCH}: one answer for the whole fleet (a 400 if given).")
     def get(self, request):
+        refuse_search(request, "The saturation signals")
         return Response(SaturationSerializer(asdict(saturation())).data)

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import MaxLengthValidator
 from django.http import Http404
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiResponse, OpenApiTypes, extend_schema
+from drf_spectacular.utils import OpenApiResponse, OpenApiTypes, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
@@ -20,6 +20,7 @@ from rest_framework.response import Response
 
 from core.actors import Actor
 from core.fields import StrictCharField
+from core.filters import SearchFilter, StrictFilterBackend
 from core.parsers import StrictJSONParser
 from core.roles import is_operator
 from fleet.models import GpuFlavor
@@ -110,10 +111,16 @@ def _as_drf(exc: DjangoValidationError) -> APIException:
     return ValidationError({"non_field_errors": exc.messages})
 
 
+@extend_schema_view(list=extend_schema(
+    summary="List quota requests", description="Operators see every request, others their teams'. Filter by "
+    "state; `?search=` matches the team, queue and flavor names, the justification and who asked."))
 class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = QuotaRequestOutputSerializer
     parser_classes = [StrictJSONParser]  # the schema's one request type: a form has no null
+    filter_backends = [StrictFilterBackend, SearchFilter]
     filterset_fields = ["state"]
+    search_fields = ["team__name", "queue__name", "flavor__name", "justification", "requested_by__username"]
+    search_help = "the team, queue or flavor name, the justification or who asked"
 
     def get_queryset(self):
         return selectors.quota_requests_visible_to(self.request.user)

@@ -54,7 +54,8 @@ def test_the_schema_gives_the_members_list_as_it_is_answered(operator, team):
     members = client.get("/api/v1/schema/", {"format": "json"}).json()["paths"]["/api/v1/teams/{name}/members/"]
     answer = members["get"]["responses"]["200"]["content"]["application/json"]["schema"]
     assert answer == {"type": "array", "items": {"type": "string"}}
-    assert [p["name"] for p in members["get"]["parameters"]] == ["name"]  # no paging or filters it would ignore
+    # No paging or filters it would ignore; a search of the usernames (tests/core/test_api_search.py).
+    assert [p["name"] for p in members["get"]["parameters"]] == ["name", "search"]
     assert client.get("/api/v1/teams/research/members/", {"limit": 1, "search": "zzz"}).json() == []
 
 
