@@ -100,6 +100,7 @@ def workload_detail(request, pk: int):
             "position": queue_positions([workload]).get(workload.pk),
             "placements": placements,
             "placement_map": _placement_map(workload, placements),
+            "pod_sets": _pod_sets_running(workload, placements),
             "advice": advice,
             "advice_text": {k: _duration(advice.get(k)) for k in (
                 "interval_seconds", "expected_loss_per_failure_seconds", "current_interval_seconds")},
@@ -114,6 +115,19 @@ def workload_detail(request, pk: int):
             "after_failure": after_failure(workload),
         },
     )
+
+
+def _pod_sets_running(workload: Workload, placements: list[dict]) -> list[tuple]:
+    """Each pod set with the replicas it holds GPUs for now when that is fewer than it asks (an
+    elastic gang started smaller), else None."""
+    running: dict[str, set[int]] = defaultdict(set)
+    for p in placements:
+        running[p["pod_set"]].add(p["replica"])
+    out = []
+    for ps in workload.pod_sets.all():
+        held = len(running.get(ps.name, ()))
+        out.append((ps, held if 0 < held < ps.replicas else None))
+    return out
 
 
 @require_http_methods(["GET", "POST"])

@@ -79,6 +79,11 @@ def test_restarting_elastic_runs_it_at_the_size_one_rack_holds(seed, team_member
     seed.refresh_from_db()
     assert seed.state == "running"
     assert nodes_of(seed.pk) == ["n1", "n2", "n4"]  # 24 GPUs in r1
+    body = page_for(team_member).get(f"/scheduling/workloads/{seed.pk}/").content.decode()
+    pod_sets = body[body.index("<dt>Pod sets</dt>"):]
+    assert pod_sets[:pod_sets.index("</dd>")].endswith(
+        "worker: 4 × 8 GPU H100-SXM-80GB <span class=\"muted\">(3 of 4 replicas running: started smaller, "
+        "elastic)</span><br>"), pod_sets[:400]
     event = AuditEvent.objects.get(verb="workload.after_failure.elastic")
     assert event.after == {"topology_level": "rack", "topology_mode": "required", "elastic_min_replicas": 3}
 
