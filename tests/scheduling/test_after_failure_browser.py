@@ -161,6 +161,7 @@ def test_the_team_restarts_elastic_at_the_size_one_rack_holds(train_a, team_memb
     for node in ("n3", "n8"):
         expect(page.locator("#placement-map")).not_to_contain_text(node)
     expect(page.locator("#after-failure")).to_contain_text("Its restart runs in rack r1.")
+    expect(page.locator("main")).to_contain_text("(3 of 4 replicas running: started smaller, elastic)")
     page.screenshot(path=str(artifacts_dir / "after-failure-elastic-running.png"), full_page=True)
     assert nodes_of(train_a.pk) == ["n1", "n2", "n4"]  # 3 × 8 GPUs in r1
     event = AuditEvent.objects.get(verb="workload.after_failure.elastic")
