@@ -12,6 +12,7 @@ from console.selectors import fleet_overview
 from demo.telemetry import demo_telemetry_ingest
 from fleet.choices import GpuHealth, NodeState
 from fleet.models import Gpu, Node
+from tests.browser import log_in
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made here while it is
 # open are plain synchronous reads of the live server's test database.
@@ -30,16 +31,6 @@ def demo_fleet(transactional_db):
         state=NodeState.IN_REPAIR, cordon_reason="XID 79: GPU fell off the bus", cordoned_by="automation:health",
         cordoned_at=timezone.now(),
     )
-
-
-def log_in(browser, live_server, username: str, password: str):
-    page = browser.new_page(viewport={"width": 1440, "height": 1000})
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", password)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
-    return page
 
 
 def test_operator_sees_the_chart_and_cordons_a_node_with_a_reason(demo_fleet, browser, live_server, artifacts_dir):

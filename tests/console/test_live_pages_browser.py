@@ -10,8 +10,9 @@ import pytest
 from core.actors import Actor
 from fleet.models import Node
 from fleet.services.nodes import node_cordon
+from tests.browser import log_in
 
-from .test_dashboard_browser import demo_fleet, log_in  # noqa: F401  (the demo fleet fixture)
+from .test_dashboard_browser import demo_fleet  # noqa: F401  (the demo fleet fixture)
 
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 

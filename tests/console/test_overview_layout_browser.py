@@ -9,7 +9,9 @@ import os
 
 import pytest
 
-from .test_dashboard_browser import demo_fleet, log_in  # noqa: F401  (the demo fleet fixture)
+from tests.browser import log_in
+
+from .test_dashboard_browser import demo_fleet  # noqa: F401  (the demo fleet fixture)
 
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 

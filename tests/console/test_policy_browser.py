@@ -10,6 +10,7 @@ import pytest
 
 from core.models import AuditEvent
 from scheduling.models import PriorityClass, Queue, QueueQuota, TeamMembership
+from tests.browser import log_in
 from tests.cluster import FLAVOR
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made here while it is
@@ -19,21 +20,11 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
-def _login(browser, live_server, user):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", user.username)
-    page.fill("#id_password", "pw-" + user.username)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
-    return page
-
-
 def test_an_operator_sets_up_the_policy_from_the_pages(transactional_db, cluster, operator, viewer, browser,
                                                        live_server, artifacts_dir):
     from playwright.sync_api import expect
 
-    page = _login(browser, live_server, operator)
+    page = log_in(browser, live_server, operator, width=1400)
     url = live_server.url
     page.goto(f"{url}/policy/teams/")
     page.click("#new")
@@ -106,7 +97,7 @@ def test_a_viewer_reads_the_policy_and_is_refused_the_forms(transactional_db, cl
                                                             live_server, artifacts_dir):
     from playwright.sync_api import expect
 
-    page = _login(browser, live_server, viewer)
+    page = log_in(browser, live_server, viewer, width=1400)
     page.goto(f"{live_server.url}/policy/priority-classes/")
     expect(page.locator("tr[data-class=eval]")).to_be_visible()
     expect(page.locator("#new")).to_have_count(0)
@@ -128,7 +119,7 @@ def test_an_operator_deletes_an_unused_class_and_a_team_member_is_refused(transa
 
     Workload.objects.create(name="busy", team=research_queue.team, queue=research_queue,
                             priority_class=classes["research-batch"])
-    page = _login(browser, live_server, operator)
+    page = log_in(browser, live_server, operator, width=1400)
     page.goto(f"{live_server.url}/policy/priority-classes/")
     # A class a pending workload uses: the confirmation names it and nothing is deleted.
     page.click("tr[data-class=research-batch] >> a.delete")
@@ -147,7 +138,7 @@ def test_an_operator_deletes_an_unused_class_and_a_team_member_is_refused(transa
     assert not PriorityClass.objects.filter(name="eval").exists()
     assert AuditEvent.objects.get(verb="priorityclass.delete").actor == operator.username
 
-    member = _login(browser, live_server, team_member)
+    member = log_in(browser, live_server, team_member, width=1400)
     member.goto(f"{live_server.url}/policy/priority-classes/")
     expect(member.locator("a.delete")).to_have_count(0)
     response = member.goto(f"{live_server.url}/policy/priority-classes/{classes['training-prod'].pk}/delete/")

@@ -19,6 +19,7 @@ from fleet.models import Node
 from fleet.services import node_cordon
 from scheduling.models import Workload
 from scheduling.services import workload_stop_gang
+from tests.browser import log_in
 from tests.cluster import FLAVOR, run_round
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made here while it is
@@ -36,16 +37,6 @@ def person(username: str, *, operator: bool = False) -> User:
     if operator:
         user.groups.add(Group.objects.get_or_create(name=OPERATORS_GROUP)[0])
     return user
-
-
-def log_in(browser, live_server, user: User):
-    page = browser.new_page(viewport={"width": 1440, "height": 1000})
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", user.username)
-    page.fill("#id_password", "pw-" + user.username)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
-    return page
 
 
 def shot(page, artifacts_dir, name: str, selector: str | None = None) -> None:

@@ -17,6 +17,7 @@ from fleet.models import Node
 from fleet.services import node_cordon, node_uncordon
 from scheduling.models import PriorityClass, Queue, Team, TeamMembership, Workload
 from scheduling.services import workload_stop_gang
+from tests.browser import log_in
 from tests.cluster import api_for, nodes_of, run_round, submit, training
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made here while it is
@@ -58,16 +59,6 @@ def other_team_member(db) -> User:
     return user
 
 
-def log_in(browser, live_server, user: User):
-    page = browser.new_page(viewport={"width": 1280, "height": 1000})
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", user.username)
-    page.fill("#id_password", "pw-" + user.username)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
-    return page
-
-
 FORGE = """async ([url, choice]) => {
     // The page's own CSRF token (the Log out form's), so only the role check can refuse it.
     const token = document.querySelector('input[name=csrfmiddlewaretoken]').value;
@@ -82,7 +73,7 @@ def test_a_viewer_and_another_team_see_no_choices_and_a_forged_post_is_refused(
     from playwright.sync_api import expect
 
     user = request.getfixturevalue(who)
-    page = log_in(browser, live_server, user)
+    page = log_in(browser, live_server, user, width=1280)
     page.goto(f"{live_server.url}/scheduling/workloads/{train_a.pk}/")
     panel = page.locator("#after-failure")
     expect(panel).to_contain_text("Xid 79 on n3 GPU 5")
@@ -103,7 +94,7 @@ def test_the_team_waits_for_the_repair_and_it_runs_whole_in_one_rack(train_a, te
     from playwright.sync_api import expect
 
     url = f"{live_server.url}/scheduling/workloads/{train_a.pk}/"
-    page = log_in(browser, live_server, team_member)
+    page = log_in(browser, live_server, team_member, width=1280)
     page.goto(url)
     page.fill("#after-failure-reason", "keep the NVLink-rack layout")
     page.click("#choice-wait")
@@ -144,7 +135,7 @@ def test_the_team_restarts_elastic_at_the_size_one_rack_holds(train_a, team_memb
     from playwright.sync_api import expect
 
     url = f"{live_server.url}/scheduling/workloads/{train_a.pk}/"
-    page = log_in(browser, live_server, team_member)
+    page = log_in(browser, live_server, team_member, width=1280)
     page.goto(url)
     expect(page.locator("#choice-elastic")).to_contain_text("at least 3 of 4 replicas")
     page.click("#choice-elastic")

@@ -11,6 +11,7 @@ import pytest
 from django.utils import timezone
 
 from scheduling.models import QueueQuota, QueueUsageSample, QuotaRequest
+from tests.browser import log_in
 
 # Playwright's sync API runs an event loop in this thread; the ORM reads made here while it is
 # open are plain synchronous reads of the live server's test database.
@@ -18,17 +19,6 @@ os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-
-
-def log_in(browser, live_server, username: str, password: str | None = None):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", password or f"pw-{username}")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
-    return page
 
 
 def test_a_team_member_files_and_an_operator_approves(transactional_db, live_server, browser, artifacts_dir,
@@ -42,7 +32,7 @@ def test_a_team_member_files_and_an_operator_approves(transactional_db, live_ser
         for h in range(48)
     )
 
-    member = log_in(browser, live_server, team_member.username)
+    member = log_in(browser, live_server, team_member, width=1400)
     member.goto(f"{live_server.url}/scheduling/quota-requests/new/")
     member.select_option("#id_flavor", label="H100")
     member.fill("#id_requested_nominal", "40")
@@ -57,7 +47,7 @@ def test_a_team_member_files_and_an_operator_approves(transactional_db, live_ser
     expect(member.locator(".page-head .badge")).to_have_text("Submitted")
     qr = QuotaRequest.objects.get()
 
-    ops = log_in(browser, live_server, operator.username)
+    ops = log_in(browser, live_server, operator, width=1400)
     ops.goto(f"{live_server.url}/scheduling/quota-requests/")
     card = ops.locator(f"#request-{qr.pk}")
     expect(card.locator(".review-context")).to_contain_text("12 now → 16 if approved, against 16 GPUs")
@@ -89,7 +79,7 @@ def test_a_new_user_walks_the_demo_loop(transactional_db, live_server, browser, 
     bobs = QuotaRequest.objects.get(team__name="inference", state="submitted")
     team_url = f"{live_server.url}/scheduling/teams/{mine.team_id}/"
 
-    alice = log_in(browser, live_server, "alice", "alice-demo")
+    alice = log_in(browser, live_server, "alice", "alice-demo", width=1400)
     alice.goto(team_url)
     h100_row = alice.locator(f"#usage-table tr[data-flavor='{mine.flavor.name}'] td.nominal")
     expect(h100_row).to_have_text("48")
@@ -103,7 +93,7 @@ def test_a_new_user_walks_the_demo_loop(transactional_db, live_server, browser, 
     alice.click(".withdraw-form button")
     expect(alice.locator(".page-head .badge")).to_have_text("Withdrawn")
 
-    ops = log_in(browser, live_server, "ops", "ops-demo")
+    ops = log_in(browser, live_server, "ops", "ops-demo", width=1400)
     ops.goto(f"{live_server.url}/scheduling/quota-requests/")
     card = ops.locator(f"#request-{mine.pk}")
     expect(card.locator(".review-context")).to_contain_text("60 now → 64 if approved, against 64 GPUs")
