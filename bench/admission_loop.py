@@ -25,9 +25,10 @@ Modes (--mode):
   product as deployed (simulate_production). API worker processes (--api-workers, 4) submit each
   workload with workload_submit at its arrival time; this process is the Celery worker
   (concurrency 1): the services' own round_request (its debounce, its mark in Redis) queues the
-  round task (a round, then an executor tick), of which only the hand-off to the broker is
-  replaced (CeleryStandIn), and the beat's round task and executor tick run every
-  PLACEMENT_ROUND_SECONDS of wall time.
+  round task (an executor tick, a round, then the admitted gangs started), of which only the
+  hand-off to the broker is replaced (CeleryStandIn, which also takes the executor tick's
+  wake-ups at a simulated job's end, an eta on Django's clock), and the beat's round task and
+  executor tick run every PLACEMENT_ROUND_SECONDS of wall time.
 The modes below are extra, labelled rows. Their rounds run when a service asks for one (the
 services' round_request replaced by the loop's trigger, without the debounce) or when
 PLACEMENT_ROUND_SECONDS of the product's dilated clock have passed, each followed by an executor
@@ -544,12 +545,20 @@ class CeleryStandIn:
     countdown, one queued round at a time); only `placement_round_task.apply_async`, the hand-off
     to Celery, puts the task's due time (wall clock) on a queue the worker loop reads."""
 
-    def __init__(self, ctx) -> None:
+    def __init__(self, ctx, clock: SimClock | None = None) -> None:
         self.queue = ctx.Queue()
+        self.clock = clock
 
-    def apply_async(self, countdown: float = 0.0, expires: float | None = None, **_options) -> None:
-        due = time.time() + (countdown or 0.0)
-        self.queue.put((due, due + expires if expires else float("inf")))
+    def apply_async(self, countdown: float = 0.0, expires: float | None = None, eta: datetime | None = None,
+                    **_options) -> None:
+        """`countdown` and `expires` in wall seconds; `eta` on Django's clock (the benchmark's: a
+        wake-up at a simulated job's end), turned into the wall time the clock reaches it."""
+        now = time.time()
+        due = now + (countdown or 0.0)
+        if eta is not None and self.clock is not None:
+            ahead_ms = (eta - self.clock()).total_seconds() * self.clock.fx.unit_ms
+            due = now + max(0.0, ahead_ms / 1000 / self.clock.speedup)
+        self.queue.put((due, now + expires if expires else float("inf")))
 
 
 class _production_patched:
@@ -618,7 +627,8 @@ def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int =
     workload with workload_submit at its arrival time (the web API's workers, one request per
     workload, as Kueue's generator creates one object each); this process is the Celery worker
     (concurrency 1) running the tasks the product queues, when they are due: the round task
-    (a round, then an executor tick) that round_request queues with its production debounce,
+    (an executor tick, a round, the admitted gangs started) that round_request queues with its
+    production debounce or round_request_at for the moment a running job ends,
     and the beat's two entries, the round task and executor_tick_task, every
     PLACEMENT_ROUND_SECONDS of wall time. Needs REDIS_URL (round_request's mark is shared by the
     processes there, as in production)."""
@@ -636,9 +646,9 @@ def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int =
     fx.check()
     connections.close_all()  # each forked process opens its own connection
     ctx = multiprocessing.get_context("fork")
-    broker, results = CeleryStandIn(ctx), ctx.Queue()
     started = time.time()
     clock = SimClock(fx.at(0), fx=fx, speedup=speedup, started=started)
+    broker, results = CeleryStandIn(ctx, clock), ctx.Queue()
     total = len(fx.queues) * sum(c.count for c in fx.classes)
     procs = [ctx.Process(target=_api_process, args=(fx, i, api_workers, started, speedup, broker, results),
                          name=f"api-{i}") for i in range(api_workers)]
@@ -810,8 +820,9 @@ def _mean(values: list[float]) -> float:
 
 MODES = {
     "production": "the product as deployed: {api_workers} API worker processes, each workload one workload_submit "
-    "at its arrival time; one Celery worker (concurrency 1) running the round task (round, then executor tick) "
+    "at its arrival time; one Celery worker (concurrency 1) running the round task (executor tick, round, start) "
     "when round_request's production debounce queues it ({debounce:g} s, one queued at a time, through Redis) "
+    "or the executor tick's wake-up comes at a running job's end, "
     "and the beat's round task and executor tick every {period:g} s of wall time; the clock running {speedup:g}x "
     "the fixture's real time",
     "stepped": "one process, one iteration per {tick} ms of fixture time, the clock waiting for it",

@@ -240,8 +240,8 @@ def run_fleetdeck(admin, namespace: str, watch, jobs: list[tuple[str, int, int]]
                   gangs=None) -> dict[str, Any]:
     """Fleetdeck's processes, each in a thread of its own as they run side by side in production: the
     `kubernetes_watch` process (the Job watch, importing KUBERNETES_JOB_IMPORT_WORKERS Jobs at once),
-    and the Celery worker running `scheduling.placement_round` (a round, then an executor tick that
-    un-suspends the admitted Jobs and binds the pods) as the submissions' debounced requests ask for
+    and the Celery worker running `scheduling.placement_round` (an executor tick that binds the
+    started Jobs' pods, a round, then the admitted Jobs un-suspended) as the submissions' debounced requests ask for
     it: every DEBOUNCE_SECONDS while Jobs keep coming. Also says how fast the Jobs became workloads:
     the imported count over the time from the first Job's creation to the last submission."""
     from django.db import connection

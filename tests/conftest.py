@@ -275,8 +275,9 @@ def webhook_receiver(settings):
 def celery_eager(monkeypatch):
     """Celery tasks run in the caller's thread (the live server's too), retries included. The
     placement rounds services ask for on commit would then run inline too: these tests run their
-    rounds themselves (round_request is the documented stand-in point)."""
+    rounds themselves (round_request and round_request_at are the documented stand-in points)."""
     monkeypatch.setattr("scheduling.services.round_requests.round_request", lambda: None)
+    monkeypatch.setattr("scheduling.services.round_requests.round_request_at", lambda at: None)
     before = celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates
     # Not propagating: an eager task's retry is an exception that apply() catches and turns into
     # the next attempt only when it is not propagated, as a worker would.

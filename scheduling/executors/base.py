@@ -64,6 +64,11 @@ class Executor(ABC):
     # True when start() returning means the job runs; otherwise poll() reports `running` later.
     starts_running: bool = False
 
+    def next_report_at(self, workloads: list[Workload], now: datetime) -> datetime | None:
+        """When poll() will next have news of these running workloads that nothing announces (a
+        job ending on its own), where the executor knows it in advance; None: only a poll tells."""
+        return None
+
     @abstractmethod
     def start(self, workload: Workload, placements: list[ReplicaAssignment]) -> str:
         """Launch every replica of the gang; return the executor's job id ('' if none)."""

@@ -36,6 +36,12 @@ class SimulatedExecutor(Executor):
             return None
         return now, workload.resume_step + int((now - workload.started_at).total_seconds())
 
+    def next_report_at(self, workloads: list[Workload], now: datetime) -> datetime | None:
+        """The earliest run end still ahead: a job here ends when its run_seconds are done."""
+        ends = [w.started_at + timedelta(seconds=w.run_seconds - w.resume_step) for w in workloads
+                if w.started_at is not None and w.run_seconds is not None]
+        return min((at for at in ends if at > now), default=None)
+
     def poll(
         self, workloads: list[Workload], now: datetime, stops: dict[int, StopRequest] | None = None
     ) -> list[ExecutorReport]:

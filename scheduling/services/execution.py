@@ -1,9 +1,12 @@
 """Driving executors: starting admitted gangs and applying what executors report.
 
-`executor_tick` runs periodically (Celery beat) and after every round: it starts admitted
-workloads that no executor has started yet, polls every executor, records progress and
-checkpoints, finishes completed jobs, ends graceful stops, and enforces preemption deadlines
-and time limits. It reads timestamps only, so late or repeated ticks are harmless."""
+`executor_tick` runs periodically (Celery beat) and in every round task, before its round: it
+starts admitted workloads that no executor has started yet, polls every executor, records
+progress and checkpoints, finishes completed jobs, ends graceful stops, and enforces preemption
+deadlines and time limits; where an executor knows when its next job ends on its own
+(Executor.next_report_at: the simulated one), it asks for a round task at that moment
+(round_requests.round_request_at), so the GPUs are given back when the job ends rather than at
+whichever tick comes next. It reads timestamps only, so late or repeated ticks are harmless."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from scheduling.models import Allocation, Preemption, Workload
 
 from .allocation import chunked
 from .bulk import rows_update
+from .round_requests import round_request_at_on_commit
 from .transitions import transitions_record_bulk, workload_transition
 from .workloads import (
     Finish,
@@ -60,6 +64,7 @@ class TickSummary:
     preemptions_done: int = 0
     hard_stops: int = 0
     time_limited: int = 0
+    next_report_at: datetime | None = None  # the earliest moment an executor knows it will have news
 
 
 def _assignments(workload_ids: list[int]) -> tuple[dict[int, list[ReplicaAssignment]], dict[int, str]]:
@@ -202,8 +207,13 @@ def executor_tick(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None)
                 _apply(report, workload, actor, now, summary)
         summary.finished += len(workloads_finish(finishes=finishes, actor=actor, now=now))
         summary.progressed += _progress_record(progress, now)
+        ended = {f.workload.pk for f in finishes}
+        wake = executor_for_kind(kind).next_report_at([w for w in group if w.pk not in ended], now)
+        summary.next_report_at = min(filter(None, (summary.next_report_at, wake)), default=None)
     summary.hard_stops = preemption_deadlines_enforce(actor=actor, now=now)
     summary.time_limited = time_limits_enforce(actor=actor, now=now)
+    if summary.next_report_at is not None:
+        round_request_at_on_commit(summary.next_report_at)  # a job ends then: a round (its tick first) at that moment
     return summary
 
 

@@ -9,19 +9,26 @@ queues the next round, which runs once this one is done. Busy, rounds run back t
 seeing everything that arrived while the one before ran); at rest, a change waits
 DEBOUNCE_SECONDS plus one round, not a fixed window. A lost request (or a lost task: the mark
 expires after PENDING_TTL_SECONDS) costs at most one PLACEMENT_ROUND_SECONDS of delay (the
-periodic round), so failures are only logged."""
+periodic round), so failures are only logged.
+
+round_request_at(at) asks for a round task at a given moment, when an executor knows something
+will happen then (a job ends on its own): one such wake-up is queued at a time, the earliest (its
+due time is the mark's value), and the round task takes it when it comes."""
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 import redis
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, transaction
+from django.utils import timezone
 
 log = logging.getLogger(__name__)
 DEBOUNCE_KEY = "fleetdeck:placement_round:pending"
+WAKEUP_KEY = "fleetdeck:placement_round:wakeup"  # the due time (epoch seconds) of the queued wake-up
 # Was a fixed 0.5 s window: every change waited up to half a second and rounds ran at most twice a
 # second however much was waiting (Kueue's baseline fixture: 1 s jobs held their GPUs ~1.5 s).
 # The coalescing now comes from "one queued round at a time"; this only gathers the first burst
@@ -33,9 +40,9 @@ PENDING_TTL_SECONDS = 10
 _clients: dict[str, redis.Redis] = {}
 
 
-def _key() -> str:
+def _key(prefix: str = DEBOUNCE_KEY) -> str:
     """One mark per database: deployments (or test databases) sharing a Redis ask separately."""
-    return f"{DEBOUNCE_KEY}:{connection.settings_dict.get('NAME', '')}"
+    return f"{prefix}:{connection.settings_dict.get('NAME', '')}"
 
 
 def _redis() -> redis.Redis | None:
@@ -60,11 +67,15 @@ def _first_in_window() -> bool:
 
 
 def round_request_taken() -> None:
-    """The queued round starts now, before reading its snapshot: later requests queue the next."""
+    """The queued round starts now, before reading its snapshot: later requests queue the next.
+    A wake-up that has come (round_request_at) is taken too, so the next one can be queued."""
     try:
         client = _redis()
         if client is not None:
             client.delete(_key())
+            due = client.get(_key(WAKEUP_KEY))
+            if due is not None and float(due) <= timezone.now().timestamp():
+                client.delete(_key(WAKEUP_KEY))
         else:
             cache.delete(_key())
     except Exception:
@@ -81,6 +92,36 @@ def round_request() -> None:
             placement_round_task.apply_async(countdown=DEBOUNCE_SECONDS, expires=30)
     except Exception:
         log.exception("could not request a placement round; the periodic round will run it")
+
+
+def round_request_at(at: datetime) -> None:
+    """Run a round at `at`, when an executor knows something happens then (a job ends on its own:
+    Executor.next_report_at); the round task's executor tick sees it first. One wake-up is
+    queued at a time, the earliest: when it comes, its tick asks for the next. Without Redis (the
+    demo) nothing is queued and the periodic round sees it, as a lost wake-up would."""
+    from scheduling.tasks import placement_round_task  # start-up cycle, as in round_request
+
+    client = _redis()
+    if client is None:
+        return
+    due, now = at.timestamp(), timezone.now().timestamp()
+    try:
+        queued = client.get(_key(WAKEUP_KEY))
+        # One still to come, and no later than this: its tick asks for this one. (One whose time has
+        # come is being run: the tick asking now is probably its own, before the task takes it.)
+        if queued is not None and now < float(queued) <= due:
+            return
+        ahead = max(0.0, due - now)
+        client.set(_key(WAKEUP_KEY), repr(due), ex=int(ahead) + PENDING_TTL_SECONDS)
+        placement_round_task.apply_async(eta=at, expires=ahead + 30)
+    except Exception:
+        log.exception("could not queue a wake-up round; the periodic round will see it")
+
+
+def round_request_at_on_commit(at: datetime) -> None:
+    """round_request_at once the current transaction commits (at once outside one)."""
+    # Looked up when the callback runs, as round_request is (the test stand-in point).
+    transaction.on_commit(lambda: round_request_at(at))
 
 
 def round_request_on_commit() -> None:
