@@ -13,7 +13,7 @@ periodic round), so failures are only logged.
 
 round_request_at(at) asks for a round task at a given moment, when an executor knows something
 will happen then (a job ends on its own): one such wake-up is queued at a time, the earliest (its
-due time is the mark's value), and the round task takes it when it comes."""
+due time is the mark's value); once that time has come, the next request queues the next one."""
 
 from __future__ import annotations
 
@@ -68,14 +68,11 @@ def _first_in_window() -> bool:
 
 def round_request_taken() -> None:
     """The queued round starts now, before reading its snapshot: later requests queue the next.
-    A wake-up that has come (round_request_at) is taken too, so the next one can be queued."""
+    (A wake-up's mark needs no taking: once its time has come it holds back no later one.)"""
     try:
         client = _redis()
         if client is not None:
             client.delete(_key())
-            due = client.get(_key(WAKEUP_KEY))
-            if due is not None and float(due) <= timezone.now().timestamp():
-                client.delete(_key(WAKEUP_KEY))
         else:
             cache.delete(_key())
     except Exception:
@@ -97,7 +94,7 @@ def round_request() -> None:
 def round_request_at(at: datetime) -> None:
     """Run a round at `at`, when an executor knows something happens then (a job ends on its own:
     Executor.next_report_at); the round task's executor tick sees it first. One wake-up is
-    queued at a time, the earliest: when it comes, its tick asks for the next. Without Redis (the
+    queued at a time, the earliest: when it comes, its round task's tick asks for the next. Without Redis (the
     demo) nothing is queued and the periodic round sees it, as a lost wake-up would."""
     from scheduling.tasks import placement_round_task  # start-up cycle, as in round_request
 
@@ -108,7 +105,7 @@ def round_request_at(at: datetime) -> None:
     try:
         queued = client.get(_key(WAKEUP_KEY))
         # One still to come, and no later than this: its tick asks for this one. (One whose time has
-        # come is being run: the tick asking now is probably its own, before the task takes it.)
+        # come is being run, or was: the tick asking now is probably its own.)
         if queued is not None and now < float(queued) <= due:
             return
         ahead = max(0.0, due - now)

@@ -61,7 +61,7 @@ def test_a_tick_queues_one_round_for_the_next_job_end(research_queue, clock, wak
         executor_tick(now=clock.now)
     assert len(wakeups) == 1
 
-    # The wake-up comes: the round task takes it, its tick finishes the short job and queues the next end.
+    # The wake-up comes: the round task runs, its tick finishes the short job and queues the next end.
     clock.advance(90)
     with django_capture_on_commit_callbacks(execute=True):
         from scheduling.tasks import placement_round_task
@@ -75,7 +75,7 @@ def test_a_tick_queues_one_round_for_the_next_job_end(research_queue, clock, wak
 
 
 def test_a_wake_up_whose_time_has_come_does_not_hold_back_the_next(research_queue, clock, wakeups):
-    # The round task's tick runs before the task takes its wake-up: the tick's request for the
+    # The round task at a wake-up runs its tick while the wake-up is still marked: the tick's request for the
     # next end must not be absorbed by the wake-up being run.
     round_requests._redis().set(round_requests._key(round_requests.WAKEUP_KEY), repr(clock.now.timestamp()))
     round_requests.round_request_at(clock.now + timedelta(seconds=30))
