@@ -382,6 +382,8 @@ CELERY_BEAT_SCHEDULE["health_readings_prune"] = {"task": "health.readings_prune"
 CELERY_BEAT_SCHEDULE["submission_keys_prune"] = {"task": "scheduling.submission_keys_prune", "schedule": 3600.0}
 # Hourly: the inventory's version is its newest change row (fleet.inventory); the older ones go.
 CELERY_BEAT_SCHEDULE["inventory_changes_prune"] = {"task": "fleet.inventory_changes_prune", "schedule": 3600.0}
+# Likewise the policy's (scheduling.services.catalogue).
+CELERY_BEAT_SCHEDULE["policy_changes_prune"] = {"task": "scheduling.policy_changes_prune", "schedule": 3600.0}
 # Every minute: tell people whose team's workload has waited past their threshold; */5 min: queue
 # again the notification deliveries the broker lost or a dead worker dropped.
 CELERY_BEAT_SCHEDULE["notifications_waits_check"] = {"task": "notifications.waits_check", "schedule": 60.0,

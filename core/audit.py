@@ -11,8 +11,9 @@ from .bulk import insert_rows
 from .models import AuditEvent
 
 
-def _event(actor: Actor, verb: str, target: models.Model, reason: str, before: dict[str, Any] | None,
-           after: dict[str, Any] | None) -> AuditEvent:
+def audit_event(actor: Actor, verb: str, target: models.Model, reason: str = "", before: dict[str, Any] | None = None,
+                after: dict[str, Any] | None = None) -> AuditEvent:
+    """The unsaved audit row audit_record writes (for a writer that inserts it with other rows)."""
     return AuditEvent(
         user=actor.user if actor.user is not None and actor.user.pk else None,
         actor=actor.label,
@@ -35,7 +36,7 @@ def audit_record(
     before: dict[str, Any] | None = None,
     after: dict[str, Any] | None = None,
 ) -> AuditEvent:
-    event = _event(actor, verb, target, reason, before, after)
+    event = audit_event(actor, verb, target, reason, before, after)
     event.save(force_insert=True)
     return event
 

@@ -5,6 +5,7 @@ from celery import shared_task
 
 from core.actors import Actor
 from scheduling.services import executor_tick, placement_round_run, workloads_start
+from scheduling.services.catalogue import policy_changes_prune
 from scheduling.services.round_requests import round_request_taken
 from scheduling.services.submission_keys import submission_keys_prune
 
@@ -38,3 +39,8 @@ def executor_tick_task() -> dict:
 @shared_task(name="scheduling.submission_keys_prune", ignore_result=True, soft_time_limit=300, time_limit=360)
 def submission_keys_prune_task() -> int:
     return submission_keys_prune()
+
+
+@shared_task(name="scheduling.policy_changes_prune", ignore_result=True, soft_time_limit=300, time_limit=360)
+def policy_changes_prune_task() -> int:
+    return policy_changes_prune()

@@ -1,32 +1,22 @@
-"""What submission reads of the fleet, kept per process until the inventory changes: every node
-that has a flavor with its GPUs and its flavor's product (the never-fit check's fleet) and the
-largest node per flavor (a pod set's shape). A submit then costs one index lookup (fleet.inventory.inventory_version)
-instead of reading every node and GPU and asking the engine again for each multi-GPU workload;
-at Kueue's baseline rate (250 submits a second) the fleet was read ~75 times a second.
-
-A summary is re-read when the inventory's version differs from the one it was read at, and at
-the latest MAX_AGE_SECONDS after it was read: two inventory writes committing out of order can
-leave the newest change row the same after the older one commits (fleet.inventory). A flavor's
-product is not among what the version follows: a change of it is seen after MAX_AGE_SECONDS."""
+"""What submission reads of the fleet: every node that has a flavor with its GPUs and its
+flavor's product (the never-fit check's fleet) and the largest node per flavor (a pod set's
+shape). scheduling.services.catalogue keeps one per process until the inventory changes, so a
+submit does not read every node and GPU and ask the engine again for each multi-GPU workload
+(at Kueue's baseline rate, 250 submits a second, the fleet was read ~75 times a second)."""
 from __future__ import annotations
 
 import threading
 import time
 from dataclasses import dataclass, field
 
-from django.db import connection
-
 from fleet.choices import GpuHealth
-from fleet.inventory import inventory_version
 from fleet.models import Gpu, Node
 from scheduling.engine.config import SchedulerConfig
 from scheduling.engine.feasibility import NeverFit
 from scheduling.engine.round import Round
 from scheduling.engine.types import GpuView, NodeView, WorkloadSpec
 
-MAX_AGE_SECONDS = 10.0
 _lock = threading.Lock()  # the engine's never-fit round is changed (and undone) while it answers
-_shapes: dict[tuple[str, str], FleetShape] = {}
 
 
 @dataclass
@@ -50,20 +40,8 @@ class FleetShape:
             return check.why(wl)
 
 
-def fleet_shape() -> FleetShape:
-    """The fleet as submission sees it now (see the module docstring for when it is re-read)."""
-    version = inventory_version()
-    key = (connection.alias, str(connection.settings_dict.get("NAME", "")))
-    with _lock:
-        shape = _shapes.get(key)
-    if shape is None or shape.version != version or time.monotonic() - shape.read_at > MAX_AGE_SECONDS:
-        shape = _read(version)
-        with _lock:
-            _shapes[key] = shape
-    return shape
-
-
-def _read(version: tuple[int, int] | None) -> FleetShape:
+def fleet_shape_read(version: tuple[int, int] | None) -> FleetShape:
+    """Read the fleet as it is now; `version` is the inventory version read before it."""
     read_at = time.monotonic()
     views: dict[int, NodeView] = {}
     for pk, name, rack, flavor, product in Node.objects.filter(flavor__isnull=False).values_list(

@@ -16,7 +16,7 @@ from scheduling.choices import SharingRequest, TopologyLevel, TopologyMode, Work
 from scheduling.models import PodSet, PriorityClass, Queue, Team, Workload
 from scheduling.usage import pod_sets_gpus
 
-from .fleet_shape import FleetShape, fleet_shape
+from .catalogue import Catalogue, PolicyNames, catalogue
 
 TOP_LEVEL_KEYS = {
     "name",
@@ -175,11 +175,8 @@ def _str(value: Any, field_name: str, *, required: bool = True, max_length: int 
     return value
 
 
-def _lookup(model, name: str, field_name: str):
-    try:
-        return model.objects.get(name=name)
-    except model.DoesNotExist:
-        raise _fail(field_name, f"Unknown {field_name.replace('_', ' ')} {name!r}.") from None
+def _unknown(field_name: str, name: str) -> ValidationError:
+    return _fail(field_name, f"Unknown {field_name.replace('_', ' ')} {name!r}.")
 
 
 def _mig_profiles(flavor: GpuFlavor | None) -> set[str]:
@@ -189,31 +186,29 @@ def _mig_profiles(flavor: GpuFlavor | None) -> set[str]:
     return {inst.get("profile", "") for insts in gpus.values_list("mig_instances", flat=True) for inst in insts or []}
 
 
-def _valid(value: Any, max_length: int) -> bool:
-    """True when _str would take `value` without a word (the lookups below may query with it)."""
-    return isinstance(value, str) and 0 < len(value) <= max_length and not text_problem(value)
+def _named(known: dict[str, Any], raw: Any, field_name: str) -> Any:
+    """The row a spec's field names, or the field's error."""
+    name = _str(raw, field_name, max_length=64)
+    row = known.get(name)
+    if row is None:
+        raise _unknown(field_name, name)
+    return row
 
 
-def _flavors_named(raw_sets: list) -> dict[str, GpuFlavor]:
-    """The flavors the pod sets name, in one query (a gang of several pod sets names one flavor
-    several times); a name not found here is looked up again, for its error."""
-    names = {raw.get("flavor") for raw in raw_sets if isinstance(raw, dict) and _valid(raw.get("flavor"), 64)}
-    return {f.name: f for f in GpuFlavor.objects.filter(name__in=names)} if names else {}
+def _queue_of(team: Team, raw_queue: Any, names: PolicyNames) -> Queue:
+    """The queue the spec names, one of the team's (its first by name when the spec names none)."""
+    if raw_queue is None or raw_queue == "":
+        queue = names.default_queues.get(team.pk)
+        if queue is None:
+            raise _fail("queue", f"Team {team.name!r} has no queue; ask an operator to create one.")
+        return queue
+    queue = _named(names.queues, raw_queue, "queue")
+    if queue.team_id != team.pk:
+        raise _fail("queue", f"Queue {queue.name!r} belongs to another team.")
+    return queue
 
 
-def _team_with_queue(team_name: str, raw_queue: Any) -> tuple[Team, Queue | None]:
-    """The team and, when the spec names one of the team's queues, that queue: one query for both.
-    Anything else (no queue, another team's, an unknown one) takes the lookups that word the error."""
-    if _valid(raw_queue, 64):
-        queue = Queue.objects.select_related("team").filter(name=raw_queue, team__name=team_name).first()
-        if queue is not None:
-            return queue.team, queue
-    return _lookup(Team, team_name, "team"), None
-
-
-def parse_pod_set(
-    raw: Any, index: int, sizes: dict[str | None, int], flavors: dict[str, GpuFlavor] | None = None
-) -> PodSetDraft:
+def parse_pod_set(raw: Any, index: int, sizes: dict[str | None, int], flavors: dict[str, GpuFlavor]) -> PodSetDraft:
     where = f"pod_sets[{index}]"
     if not isinstance(raw, dict):
         raise _fail(where, "Must be an object.")
@@ -225,9 +220,9 @@ def parse_pod_set(
     flavor = None
     if raw.get("flavor"):
         flavor_name = _str(raw["flavor"], f"{where}.flavor", max_length=64)
-        flavor = (flavors or {}).get(flavor_name) or _lookup(GpuFlavor, flavor_name, "flavor")
-        if flavor is None:  # pragma: no cover - _lookup raises
-            raise _fail(f"{where}.flavor", "Unknown flavor.")
+        flavor = flavors.get(flavor_name)
+        if flavor is None:
+            raise _unknown("flavor", flavor_name)
     if isinstance(raw.get("milli_gpu"), int) and raw["milli_gpu"] > 1000:
         raise _fail(f"{where}.milli_gpu", "A share of one GPU is at most 1000 milli.")
     milli = _int(raw.get("milli_gpu"), f"{where}.milli_gpu", minimum=1, maximum=1000, required=False)
@@ -320,28 +315,25 @@ def _check_shape(where: str, replicas: int, gpus: int, flavor: GpuFlavor | None,
         )
 
 
-def parse_spec(spec: Any, *, fleet: FleetShape | None = None) -> WorkloadDraft:
+def parse_spec(spec: Any, *, known: Catalogue | None = None) -> WorkloadDraft:
     """Validate a submitted spec (the API's JSON body) into a draft; raises ValidationError.
-    `fleet`: the fleet as the caller read it (by default, as it is now)."""
+    `known`: the fleet and policy as the caller read them (by default, as they are now)."""
     if not isinstance(spec, dict):
         raise _fail("non_field_errors", "The body must be a JSON object.")
     unknown = set(spec) - TOP_LEVEL_KEYS
     if unknown:
         raise _fail(sorted(unknown)[0], "Unknown field.")
     name = _str(spec.get("name"), "name", max_length=limits.MAX_WORKLOAD_NAME_LENGTH)
-    team, queue = _team_with_queue(_str(spec.get("team"), "team", max_length=64), spec.get("queue"))
-    priority = _lookup(
-        PriorityClass, _str(spec.get("priority_class"), "priority_class", max_length=64), "priority_class"
-    )
-    queue = queue or _queue_for(team, spec.get("queue"))
+    known = known or catalogue()
+    team = _named(known.names.teams, spec.get("team"), "team")
+    priority = _named(known.names.priority_classes, spec.get("priority_class"), "priority_class")
+    queue = _queue_of(team, spec.get("queue"), known.names)
     raw_sets = spec.get("pod_sets")
     if not isinstance(raw_sets, list) or not raw_sets:
         raise _fail("pod_sets", "At least one pod set is required.")
     if len(raw_sets) > limits.MAX_POD_SETS:
         raise _fail("pod_sets", f"At most {limits.MAX_POD_SETS} pod sets.")
-    sizes = (fleet or fleet_shape()).sizes
-    flavors = _flavors_named(raw_sets)
-    pod_sets = [parse_pod_set(raw, i, sizes, flavors) for i, raw in enumerate(raw_sets)]
+    pod_sets = [parse_pod_set(raw, i, known.fleet.sizes, known.names.flavors) for i, raw in enumerate(raw_sets)]
     names = [ps.name for ps in pod_sets]
     if len(set(names)) != len(names):
         raise _fail("pod_sets", "Pod set names must be unique.")
@@ -364,18 +356,6 @@ def parse_spec(spec: Any, *, fleet: FleetShape | None = None) -> WorkloadDraft:
             raise _fail("elastic_min_replicas",
                         f"Must be at most the pod set's {pod_sets[0].replicas} replicas.")
     return draft
-
-
-def _queue_for(team: Team, raw: Any) -> Queue:
-    if raw is None or raw == "":
-        queue = team.queues.order_by("name").first()
-        if queue is None:
-            raise _fail("queue", f"Team {team.name!r} has no queue; ask an operator to create one.")
-        return queue
-    queue = _lookup(Queue, _str(raw, "queue", max_length=64), "queue")
-    if queue.team_id != team.pk:
-        raise _fail("queue", f"Queue {queue.name!r} belongs to another team.")
-    return queue
 
 
 def _parse_topology(raw: Any, draft: WorkloadDraft) -> None:

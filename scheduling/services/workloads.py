@@ -23,22 +23,19 @@ from core.models import AuditEvent
 from core.roles import may_act_for_team
 from scheduling.choices import ACTIVE_STATES, FINAL_STATES, WorkloadState
 from scheduling.executors import executor_for_kind
-from scheduling.models import Allocation, PodSet, Preemption, Workload, WorkloadTransition
+from scheduling.models import Allocation, Preemption, Workload
 
 from .allocation import allocations_release
 from .bulk import by_ids, rows_update
-from .fleet_shape import fleet_shape
+from .catalogue import catalogue
 from .never_fit import never_fit_refuse
 from .round_requests import round_request_on_commit
 from .specs import WorkloadDraft, parse_spec
+from .submission_rows import submitted_rows_insert
 from .transitions import transitions_record_bulk, workload_transition
 
 log = logging.getLogger(__name__)
 CLOCK_SKEW = timedelta(minutes=2)
-
-
-def _user_of(actor: Actor):
-    return actor.user if actor.user is not None and actor.user.pk else None
 
 
 def _require_team_access(actor: Actor, team_id: int, what: str) -> None:
@@ -49,21 +46,12 @@ def _require_team_access(actor: Actor, team_id: int, what: str) -> None:
 def workload_submit(*, spec: dict, actor: Actor, now: datetime | None = None) -> Workload:
     """Validate `spec` (the API body) and queue the workload. Raises ValidationError naming the
     field, or PermissionDenied when a team member submits for another team."""
-    fleet = fleet_shape()
-    draft = parse_spec(spec, fleet=fleet)
+    known = catalogue()
+    draft = parse_spec(spec, known=known)
     _require_team_access(actor, draft.team.pk, "submit")
-    never_fit_refuse(draft, fleet=fleet)
-    now = now or timezone.now()
-    with transaction.atomic():
-        workload = draft.workload_row(submitted_by=_user_of(actor), now=now)
-        workload.save()
-        PodSet.objects.bulk_create(draft.pod_set_rows(workload))
-
-        WorkloadTransition.objects.create(
-            workload=workload, from_state="", to_state=WorkloadState.PENDING, reason="submitted", actor=actor.label
-        )
-        audit_record(actor=actor, verb="workload.submit", target=workload, after={"spec": spec})
-        round_request_on_commit()
+    never_fit_refuse(draft, fleet=known.fleet)
+    workload = submitted_rows_insert(draft=draft, spec=spec, actor=actor, now=now or timezone.now())
+    round_request_on_commit()
     return workload
 
 
@@ -80,15 +68,15 @@ def workloads_submit(
     `tie(pairs)`, given (spec index, Workload) for the new rows inside the transaction, does what
     must land with them elsewhere (the label on each Job) and returns the indexes it could not tie:
     those are withdrawn before the commit, their answer None, as if never submitted."""
-    fleet = fleet_shape()
+    known = catalogue()
     answers: list[Workload | ValidationError | PermissionDenied | None] = []
     drafts: dict[int, WorkloadDraft] = {}
     for i, spec in enumerate(specs):
         answers.append(None)
         try:
-            draft = parse_spec(spec, fleet=fleet)
+            draft = parse_spec(spec, known=known)
             _require_team_access(actor, draft.team.pk, "submit")
-            never_fit_refuse(draft, fleet=fleet)
+            never_fit_refuse(draft, fleet=known.fleet)
         except (ValidationError, PermissionDenied) as exc:
             answers[i] = exc
             continue
@@ -97,16 +85,10 @@ def workloads_submit(
         return answers
     now = now or timezone.now()
     with transaction.atomic():
-        made = [(i, draft.workload_row(submitted_by=_user_of(actor), now=now)) for i, draft in drafts.items()]
+        made = [(i, submitted_rows_insert(draft=draft, spec=specs[i], actor=actor, now=now))
+                for i, draft in drafts.items()]
         for i, workload in made:
-            workload.save()
             answers[i] = workload
-        PodSet.objects.bulk_create([row for i, workload in made for row in drafts[i].pod_set_rows(workload)])
-        WorkloadTransition.objects.bulk_create([
-            WorkloadTransition(workload=workload, from_state="", to_state=WorkloadState.PENDING, reason="submitted",
-                               actor=actor.label) for _, workload in made])
-        audit_record_many(actor=actor, verb="workload.submit",
-                          entries=[(workload, None, {"spec": specs[i]}) for i, workload in made])
         untied = tie(made) if tie is not None else set()
         if untied:
             withdrawn = [workload.pk for i, workload in made if i in untied]
