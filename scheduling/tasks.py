@@ -14,19 +14,19 @@ SCHEDULER_ACTOR = Actor.automation("scheduler")
 
 @shared_task(name="scheduling.placement_round", ignore_result=True, soft_time_limit=60, time_limit=90)
 def placement_round_task() -> dict:
-    """An executor tick, a round, then the gangs it admitted started, in one run. The tick first:
-    jobs that ended since the last one give their GPUs back before the round decides, so the work
-    waiting for those GPUs is placed in this round, not in the one their release would ask for.
-    The tick also queues this task for the moment an executor knows a job will end (round_request_at)."""
+    """An executor tick, then a round that starts the gangs it admitted as soon as it has committed
+    them (before it writes the waiting workloads' reasons), in one run. The tick first: jobs that
+    ended since the last one give their GPUs back before the round decides, so the work waiting
+    for those GPUs is placed in this round, not in the one their release would ask for. The tick
+    also queues this task for the moment an executor knows a job will end (round_request_at)."""
     tick = executor_tick()  # its releases ask for a round: the one this run is, when a request queued it
     round_request_taken()  # before the snapshot: what changes from now on asks for the next round
-    report = placement_round_run(actor=SCHEDULER_ACTOR)
-    started = workloads_start() if report.admitted else 0
+    report = placement_round_run(actor=SCHEDULER_ACTOR, on_admitted=workloads_start)
     return {
         "admitted": len(report.admitted),
         "skipped": report.skipped,
         "preempted": len(report.preempted),
-        "started": tick.started + started,
+        "started": tick.started + report.started,
         "finished": tick.finished,
     }
 

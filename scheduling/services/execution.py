@@ -35,6 +35,7 @@ from .workloads import (
     workload_preemption_finish,
     workload_stop_gang,
     workloads_finish,
+    workloads_preemption_finish,
 )
 
 log = logging.getLogger(__name__)
@@ -298,14 +299,12 @@ def _apply(report: ExecutorReport, workload: Workload, actor: Actor, now: dateti
 def preemption_deadlines_enforce(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None) -> int:
     """Victims still holding GPUs after their grace period are stopped hard and requeued."""
     now = now or timezone.now()
-    overdue = Preemption.objects.filter(
-        completed_at__isnull=True, deadline__lte=now, victim__state=WorkloadState.PREEMPTING
-    ).select_related("victim")
-    stopped = 0
-    for preemption in overdue:
-        if workload_preemption_finish(workload=preemption.victim, actor=actor, now=now, hard=True).stopped:
-            stopped += 1
-    return stopped
+    overdue = Preemption.objects.filter(completed_at__isnull=True, deadline__lte=now,
+                                        victim__state=WorkloadState.PREEMPTING).values_list("victim_id", flat=True)
+    victims = sorted(set(overdue))
+    if not victims:
+        return 0
+    return len(workloads_preemption_finish(workload_ids=victims, actor=actor, now=now, hard=True))
 
 
 def time_limits_enforce(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None) -> int:

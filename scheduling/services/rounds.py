@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
@@ -69,12 +70,19 @@ class RoundReport:
     pending: int = 0
     result: RoundResult | None = None
     reasons_ms: float = 0.0  # phase 4, inside round_commit
+    started: int = 0  # gangs on_admitted started
+    started_ms: float = 0.0  # its time, inside round_commit
     xact: int | None = None  # the commit's transaction id (PostgreSQL, with the state cache)
 
 
-def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundReport:
+def placement_round_run(*, actor: Actor, now: datetime | None = None,
+                        on_admitted: Callable[[], int] | None = None) -> RoundReport:
     """Run one placement round (see the module docstring). Safe to run concurrently: exactly
-    one round commits at a time and a late one re-checks everything it claims."""
+    one round commits at a time and a late one re-checks everything it claims.
+
+    `on_admitted` runs right after a commit that admitted gangs, before phase 4 writes the waiting
+    workloads' reasons; it returns how many it started. The round task starts the admitted gangs
+    there (execution.workloads_start): their GPUs then wait for no reasons to be written."""
     now = now or timezone.now()
     t0 = time.perf_counter()
     # The collector stays off for the round (core.collector): its full collections walked the
@@ -87,7 +95,8 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundRe
             t2 = time.perf_counter()
         # The decisions are as of the snapshot (`now`); what is written is stamped when it happens,
         # so a slow round does not date admissions back to before they took place.
-        report = round_commit(result=result, index=index, actor=actor, now=max(now, timezone.now()))  # phases 3, 4
+        report = round_commit(result=result, index=index, actor=actor, now=max(now, timezone.now()),  # phases 3, 4
+                              on_admitted=on_admitted)
         if report.admitted and not report.preempted:
             specs, admits = {s.id: s for s in snapshot.pending}, {a.workload_id: a for a in result.admitted}
             round_committed(index=index, admitted=[(admits[wid], specs[wid]) for wid, _name, _p in report.admitted],
@@ -99,10 +108,10 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None) -> RoundRe
             if _heads_cut_short(snapshot.pending, {a[0] for a in report.admitted}):
                 round_request_on_commit()
     t4 = time.perf_counter()
-    timings = {
+    timings = {  # starting the admitted gangs (on_admitted) is in total_ms alone
         "load_ms": (t1 - t0) * 1e3,
         "compute_ms": (t2 - t1) * 1e3,
-        "commit_ms": (t3 - t2) * 1e3 - report.reasons_ms,
+        "commit_ms": (t3 - t2) * 1e3 - report.reasons_ms - report.started_ms,
         "followup_ms": report.reasons_ms + (t4 - t3) * 1e3,
         "total_ms": (t4 - t0) * 1e3,
     }
@@ -188,10 +197,16 @@ def _claims(
     return claims, stale
 
 
-def round_commit(*, result: RoundResult, index: SnapshotIndex, actor: Actor, now: datetime) -> RoundReport:
+def round_commit(*, result: RoundResult, index: SnapshotIndex, actor: Actor, now: datetime,
+                 on_admitted: Callable[[], int] | None = None) -> RoundReport:
     """Phases 3 and 4: apply a round's decisions in one transaction (or nothing at all), then
-    write the waiting workloads' reasons. A round that lost the lock (skipped) writes neither."""
+    (after on_admitted, when it admitted any) write the waiting workloads' reasons. A round that
+    lost the lock (skipped) writes neither."""
     report = _decisions_commit(result, index, actor, now)
+    if report.admitted and on_admitted is not None:
+        t0 = time.perf_counter()
+        report.started = on_admitted()
+        report.started_ms = (time.perf_counter() - t0) * 1e3
     if not report.skipped:
         t0 = time.perf_counter()
         pending_info_save(result, loaded=index.pending_info)

@@ -114,7 +114,7 @@ def workload_cancel(*, workload: Workload, actor: Actor, reason: str = "", now: 
         before = workload.state
         stop = _executor_stop_prepared(workload) if was_active else None
         allocations_release(workload_ids=[workload.pk], now=now)
-        _close_preemptions(workload, now, lost=0.0)
+        _close_preemptions({workload.pk: 0.0}, now)
         workload_transition(
             workload=workload,
             to_state=WorkloadState.CANCELLED,
@@ -210,7 +210,7 @@ def workload_finish(
             return False
         before = workload.state
         allocations_release(workload_ids=[workload.pk], now=now)
-        _close_preemptions(workload, now, lost=0.0)
+        _close_preemptions({workload.pk: 0.0}, now)
         fields = {"finished_at": now}
         if step is not None:
             fields["progress_step"] = step
@@ -330,8 +330,8 @@ def workload_stop_gang(
         if final is not None:
             workload.last_checkpoint_at, workload.checkpoint_step = final
         stop = _executor_stop_prepared(workload, executor)
-        outcome = _release_and_requeue(
-            workload, reason=reason, actor=actor, now=now, requeue=requeue, verb="workload.stop_gang"
+        [outcome] = _release_and_requeue(
+            [workload], reason=reason, actor=actor, now=now, requeue=requeue, verb="workload.stop_gang"
         )
         if grace_seconds > 0:
             stop("stop_graceful", grace_seconds)
@@ -388,77 +388,96 @@ def workload_preemption_finish(
     """A preempted victim left its GPUs: after checkpointing (hard=False) or because its grace
     period ran out (hard=True, the executor kills it). It is requeued; the GPUs it freed are
     reserved for its preemptor, which a later round places."""
+    checkpoints = {workload.pk: checkpoint} if checkpoint is not None else {}
+    stops = workloads_preemption_finish(workload_ids=[workload.pk], actor=actor, now=now, hard=hard,
+                                        checkpoints=checkpoints)
+    return stops[0] if stops else GangStop(workload=Workload.objects.get(pk=workload.pk), stopped=False)
+
+
+def workloads_preemption_finish(
+    *,
+    workload_ids: list[int],
+    actor: Actor,
+    now: datetime,
+    hard: bool,
+    checkpoints: dict[int, tuple[datetime, int]] | None = None,
+) -> list[GangStop]:
+    """workload_preemption_finish for many victims in one transaction (an executor tick stops
+    every victim whose grace period ran out at once): the victims still preempting are requeued,
+    each with its own transition, audit row and lost work; the others are left alone."""
+    checkpoints = checkpoints or {}
+    reason = "preempted: grace period over, stopped hard" if hard else "preempted: checkpointed and exited"
     with transaction.atomic():
-        workload = Workload.objects.select_for_update().get(pk=workload.pk)
-        if workload.state != WorkloadState.PREEMPTING:
-            return GangStop(workload=workload, stopped=False)
-        if checkpoint is not None:
-            workload.last_checkpoint_at, workload.checkpoint_step = checkpoint
-        reason = "preempted: grace period over, stopped hard" if hard else "preempted: checkpointed and exited"
-        stop = _executor_stop_prepared(workload)
-        outcome = _release_and_requeue(
-            workload, reason=reason, actor=actor, now=now, requeue=True, verb="workload.preempted"
-        )
+        victims = [w for part in by_ids(Workload.objects.filter(state=WorkloadState.PREEMPTING).order_by("pk")
+                                        .select_for_update(), sorted(set(workload_ids))) for w in part]
+        if not victims:
+            return []
+        for victim in victims:
+            if victim.pk in checkpoints:
+                victim.last_checkpoint_at, victim.checkpoint_step = checkpoints[victim.pk]
+        stops = [_executor_stop_prepared(victim) for victim in victims]
+        outcomes = _release_and_requeue(victims, reason=reason, actor=actor, now=now, requeue=True,
+                                        verb="workload.preempted")
         if hard:
-            stop("stop_hard")
+            for stop in stops:
+                stop("stop_hard")
         round_request_on_commit()
-    return outcome
+    return outcomes
 
 
 def _release_and_requeue(
-    workload: Workload, *, reason: str, actor: Actor, now: datetime, requeue: bool, verb: str
-) -> GangStop:
-    """Shared tail of every involuntary stop. The caller holds the workload's row lock."""
-    gpus = gpus_held(workload)
-    lost = gpus * _unsaved_seconds(workload, now)
-    allocations_release(workload_ids=[workload.pk], now=now)
-    _close_preemptions(workload, now, lost=lost)
-    before = workload.state
-    resume = workload.checkpoint_step if workload.last_checkpoint_at else 0
-    common = {
-        "last_checkpoint_at": workload.last_checkpoint_at,
-        "checkpoint_step": resume,
-        "lost_gpu_seconds": workload.lost_gpu_seconds + lost,
-        "progress_step": resume,
-        "borrowed": {},
-    }
-    if requeue:
-        workload_transition(
-            workload=workload,
-            to_state=WorkloadState.REQUEUED,
-            from_states=[before],
-            reason=reason,
-            actor=actor,
-            requeue_count=workload.requeue_count + 1,
-            queued_at=now,
-            admitted_at=None,
-            started_at=None,
-            resume_step=resume,
-            executor_job_id="",
-            executor="",
-            pending_reason="",
-            pending_message=f"Requeued from its last checkpoint: {reason}",
-            **common,
-        )
-    else:
-        workload_transition(
-            workload=workload,
-            to_state=WorkloadState.FAILED,
-            from_states=[before],
-            reason=reason,
-            actor=actor,
-            finished_at=now,
-            **common,
-        )
-    audit_record(
+    workloads: list[Workload], *, reason: str, actor: Actor, now: datetime, requeue: bool, verb: str
+) -> list[GangStop]:
+    """Shared tail of every involuntary stop, for one gang or many at once (a statement per table
+    whatever their number). The caller holds the workloads' row locks."""
+    held = _gpus_held([w.pk for w in workloads])
+    lost = {w.pk: held.get(w.pk, 0.0) * _unsaved_seconds(w, now) for w in workloads}
+    allocations_release(workload_ids=list(lost), now=now)
+    _close_preemptions(lost, now)
+    before = {w.pk: w.state for w in workloads}
+    fields: dict[int, dict] = {}
+    for w in workloads:
+        resume = w.checkpoint_step if w.last_checkpoint_at else 0
+        common = {
+            "state": WorkloadState.REQUEUED if requeue else WorkloadState.FAILED,
+            "last_checkpoint_at": w.last_checkpoint_at,
+            "checkpoint_step": resume,
+            "lost_gpu_seconds": w.lost_gpu_seconds + lost[w.pk],
+            "progress_step": resume,
+            "borrowed": {},
+        }
+        if requeue:
+            fields[w.pk] = {
+                **common,
+                "requeue_count": w.requeue_count + 1,
+                "queued_at": now,
+                "admitted_at": None,
+                "started_at": None,
+                "resume_step": resume,
+                "executor_job_id": "",
+                "executor": "",
+                "pending_reason": "",
+                "pending_message": f"Requeued from its last checkpoint: {reason}",
+            }
+        else:
+            fields[w.pk] = {**common, "finished_at": now}
+    names = list(next(iter(fields.values())))
+    rows_update(model=Workload, fields=names, rows={pk: tuple(f[n] for n in names) for pk, f in fields.items()})
+    to_state = fields[workloads[0].pk]["state"]
+    transitions_record_bulk(changes=[(pk, state) for pk, state in before.items()], to_state=to_state, reason=reason,
+                            actor=actor)
+    for w in workloads:
+        for name, value in fields[w.pk].items():
+            setattr(w, name, value)
+    audit_record_many(
         actor=actor,
         verb=verb,
-        target=workload,
         reason=reason,
-        before={"state": before},
-        after={"state": workload.state, "lost_gpu_seconds": round(lost, 1), "gpus_released": gpus},
+        entries=[(w, {"state": before[w.pk]}, {"state": w.state, "lost_gpu_seconds": round(lost[w.pk], 1),
+                                                "gpus_released": held.get(w.pk, 0.0)}) for w in workloads],
     )
-    return GangStop(workload=workload, stopped=True, lost_gpu_seconds=lost, gpus_released=gpus)
+    return [GangStop(workload=w, stopped=True, lost_gpu_seconds=lost[w.pk], gpus_released=held.get(w.pk, 0.0))
+            for w in workloads]
 
 
 def _unsaved_seconds(workload: Workload, now: datetime) -> float:
@@ -470,12 +489,16 @@ def _unsaved_seconds(workload: Workload, now: datetime) -> float:
     return max(0.0, (now - since).total_seconds())
 
 
-def _close_preemptions(workload: Workload, now: datetime, *, lost: float) -> None:
-    """Complete the workload's open preemptions. The GPUs it freed stay reserved for each
-    preemptor through the round's reservations (Workload.reserved_placements)."""
-    Preemption.objects.filter(victim=workload, completed_at__isnull=True).update(
-        completed_at=now, lost_gpu_seconds=lost
-    )
+def _close_preemptions(lost: dict[int, float], now: datetime) -> None:
+    """Complete the open preemptions of these workloads (id -> the work each lost). The GPUs each
+    freed stay reserved for its preemptor through the round's reservations
+    (Workload.reserved_placements)."""
+    open_ = Preemption.objects.filter(victim_id__in=list(lost), completed_at__isnull=True)
+    if len(set(lost.values())) <= 1:  # one gang, or gangs that lost alike: one statement
+        open_.update(completed_at=now, lost_gpu_seconds=next(iter(lost.values()), 0.0))
+        return
+    rows_update(model=Preemption, fields=["completed_at", "lost_gpu_seconds"],
+                rows={pk: (now, lost[victim]) for pk, victim in open_.values_list("pk", "victim_id")})
 
 
 def _executor_of(workload: Workload):
@@ -519,7 +542,8 @@ def _executor_call_on_commit(workload: Workload, method: str, *args, executor=No
     transaction.on_commit(call)
 
 
-def gpus_held(workload: Workload) -> float:
-    """GPUs (shares as fractions) the workload holds now."""
-    total = Allocation.objects.filter(workload=workload, released_at__isnull=True).aggregate(m=Sum("milli"))["m"]
-    return (total or 0) / 1000
+def _gpus_held(workload_ids: list[int]) -> dict[int, float]:
+    """GPUs (shares as fractions) each of these workloads holds now (absent: none)."""
+    held = Allocation.objects.filter(workload_id__in=workload_ids, released_at__isnull=True)
+    return {wid: milli / 1000 for wid, milli in held.values("workload_id").annotate(m=Sum("milli"))
+            .values_list("workload_id", "m")}

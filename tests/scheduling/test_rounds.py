@@ -298,3 +298,36 @@ def test_a_round_considers_each_queues_first_round_queue_depth_workloads(small, 
     assert reasons == {
         jobs[1].pk: "INSUFFICIENT_CAPACITY", jobs[2].pk: "INSUFFICIENT_CAPACITY", jobs[3].pk: "", jobs[4].pk: ""}
     assert queue_positions(jobs[1:]) == {jobs[1].pk: 1, jobs[2].pk: 2, jobs[3].pk: 3, jobs[4].pk: 4}
+
+
+def test_every_victim_past_its_grace_is_stopped_in_one_tick_each_with_its_own_lost_work(small, clock):
+    from django.db import transaction
+
+    from core.models import AuditEvent
+    from scheduling.services import workload_preempt
+
+    first = _submit(training("first", 8, priority="research-batch"))
+    run_round(clock)
+    clock.advance(100)
+    second = _submit(training("second", 8, priority="research-batch"))
+    run_round(clock)
+    clock.advance(500)
+    with transaction.atomic():
+        for victim in Workload.objects.filter(pk__in=[first.pk, second.pk]):
+            workload_preempt(victim=victim, preemptor=None, reason="DRAIN", message="", actor=OPS, now=clock.now,
+                             deadline=clock.now + timedelta(seconds=30))
+
+    clock.advance(31)
+    summary = executor_tick(now=clock.now)
+
+    assert summary.hard_stops == 2
+    for workload, ran in ((first, 631), (second, 531)):
+        workload.refresh_from_db()
+        assert (workload.state, workload.requeue_count, _held(workload)) == (WorkloadState.REQUEUED, 1, 0)
+        assert workload.lost_gpu_seconds == 8 * ran
+        assert Preemption.objects.get(victim=workload).lost_gpu_seconds == 8 * ran
+        assert list(WorkloadTransition.objects.filter(workload=workload, to_state="requeued").values_list(
+            "from_state", "reason")) == [("preempting", "preempted: grace period over, stopped hard")]
+        stop = AuditEvent.objects.for_target(workload).get(verb="workload.preempted")
+        assert stop.after == {"state": "requeued", "lost_gpu_seconds": 8 * ran, "gpus_released": 8.0}
+    assert executor_tick(now=clock.now).hard_stops == 0  # nothing is stopped twice
