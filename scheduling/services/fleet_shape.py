@@ -24,7 +24,7 @@ class FleetShape:
     """One read of the fleet: its nodes (free and usage do not matter), the largest node in GPUs
     per flavor name and over all flavors (under None), and the never-fit answers given on it."""
 
-    version: tuple[int, int] | None
+    version: tuple  # the inventory's and the policy's versions it was read at (catalogue)
     read_at: float
     nodes: list[NodeView]
     sizes: dict[str | None, int]
@@ -40,8 +40,8 @@ class FleetShape:
             return check.why(wl)
 
 
-def fleet_shape_read(version: tuple[int, int] | None) -> FleetShape:
-    """Read the fleet as it is now; `version` is the inventory version read before it."""
+def fleet_shape_read(version: tuple) -> FleetShape:
+    """Read the fleet as it is now; `version`: the versions read before it."""
     read_at = time.monotonic()
     views: dict[int, NodeView] = {}
     for pk, name, rack, flavor, product in Node.objects.filter(flavor__isnull=False).values_list(
