@@ -2,6 +2,8 @@
 whether the nodes and GPUs it summarised may have changed (fleet.models.InventoryChange)."""
 from __future__ import annotations
 
+from core.journals import journal_prune
+
 from .models import InventoryChange
 
 
@@ -14,11 +16,5 @@ def inventory_version() -> tuple[int, int] | None:
 
 
 def inventory_changes_prune() -> int:
-    """Delete every change row but the newest; returns how many went. Readers compare only the
-    newest (inventory_version), so older rows tell nothing, and without this the table would gain
-    a row per inventory write for ever. A delete takes no lock an insert waits for."""
-    newest = inventory_version()
-    if newest is None:
-        return 0
-    deleted, _ = InventoryChange.objects.filter(id__lt=newest[0]).delete()
-    return deleted
+    """Delete every change row but the newest (core.journals); returns how many went."""
+    return journal_prune(InventoryChange)

@@ -604,9 +604,9 @@ class PolicyChange(models.Model):
     """One write to a table whose rows submission looks up by name: teams, queues, priority
     classes and GPU flavors (inserted, updated, deleted). Written only by database triggers
     (migration 0017), so every writer counts (policy services, the admin, bulk updates); rows are
-    only inserted and pruned hourly (scheduling.services.policy_names.policy_changes_prune). The
+    only inserted and pruned hourly (scheduling.services.catalogue.policy_changes_prune). The
     newest row is the policy's version: each process keeps those rows by name until it changes
-    (scheduling.services.policy_names). `stamp` is random: SQLite reuses the ids of rolled-back
+    (scheduling.services.catalogue). `stamp` is random: SQLite reuses the ids of rolled-back
     rows."""
 
     id = models.BigAutoField(primary_key=True)

@@ -1,5 +1,5 @@
 """scheduling_policychange and the triggers that fill it: one row per write to the tables whose
-rows submission looks up by name (scheduling.models.PolicyChange, scheduling.services.policy_names).
+rows submission looks up by name (scheduling.models.PolicyChange, scheduling.services.catalogue).
 
 Triggers, not the services, because the admin and bulk updates write these tables too. On
 PostgreSQL they are statement-level over transition tables (one row per statement that touched a
@@ -11,7 +11,7 @@ from django.db import migrations, models
 LOG = "scheduling_policychange"
 PG_STAMP = "(random() * 9.0e18)::bigint"
 SQLITE_STAMP = "random()"
-# Keep in step with what scheduling.services.policy_names reads.
+# Keep in step with what scheduling.services.catalogue reads.
 TABLES = ["scheduling_team", "scheduling_queue", "scheduling_priorityclass", "fleet_gpuflavor"]
 EVENTS = [("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD")]
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from django.db import connection
 
+from core.journals import journal_prune
 from fleet.models import GpuFlavor, InventoryChange
 from scheduling.models import PolicyChange, PriorityClass, Queue, Team
 
@@ -53,14 +54,13 @@ def catalogue() -> Catalogue:
     key = (connection.alias, str(connection.settings_dict.get("NAME", "")))
     with _lock:
         held = _held.get(key)
-    now = time.monotonic()
-    names = held.names if held is not None else None
-    if names is None or names.version != policy or now - names.read_at > MAX_AGE_SECONDS:
+    oldest = time.monotonic() - MAX_AGE_SECONDS
+    names, fleet = (held.names, held.fleet) if held is not None else (None, None)
+    if names is None or names.version != policy or names.read_at < oldest:
         names = policy_names_read(policy)
-    fleet = held.fleet if held is not None else None
-    if fleet is None or fleet.version != (inventory, policy) or now - fleet.read_at > MAX_AGE_SECONDS:
+    if fleet is None or fleet.version != (inventory, policy) or fleet.read_at < oldest:
         fleet = fleet_shape_read((inventory, policy))
-    if held is None or names is not held.names or fleet is not held.fleet:
+    if held is None or names is not held.names or fleet is not held.fleet:  # identity: a re-read is new
         held = Catalogue(fleet=fleet, names=names)
         with _lock:
             _held[key] = held
@@ -106,10 +106,5 @@ def policy_names_read(version: Version) -> PolicyNames:
 
 
 def policy_changes_prune() -> int:
-    """Delete every policy change row but the newest; returns how many went (as
-    fleet.inventory.inventory_changes_prune does for the inventory's)."""
-    newest = PolicyChange.objects.order_by("-id").values_list("id", flat=True).first()
-    if newest is None:
-        return 0
-    deleted, _ = PolicyChange.objects.filter(id__lt=newest).delete()
-    return deleted
+    """Delete every policy change row but the newest (core.journals); returns how many went."""
+    return journal_prune(PolicyChange)
