@@ -875,6 +875,8 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float, mode: str, sp
         + described
         + f" (1 simulated s = {fx.unit_ms} ms); preemption: "
         f"{'priority (fleet-wide) + cohort reclaim' if fx.preemption else 'cohort reclaim only'}; "
+        f"ROUND_QUEUE_DEPTH {settings.FLEETDECK.get('ROUND_QUEUE_DEPTH', 0)} (waiting workloads a round considers "
+        f"per queue; the setting, default 16); "
         f"set-up (scratch DB, migrate, fleet) {setup_s:.1f} s, not counted",
         "",
         f"    {'':34} {'Fleetdeck':>12} {'lower bound':>12} {'Kueue baseline':>15}",
