@@ -357,6 +357,9 @@ class Outcome:
     preemptions: int
     requeues: int
     phases_ms: dict[str, float]
+    # Per window of fixture time (its start, s): % of the GPUs held by each class in it.
+    held_by_window: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    window_s: float = 10.0
     cpu_s: float = 0.0  # the benchmark's process(es) only (PostgreSQL's own work is not in it)
     notes: list[str] = field(default_factory=list)
 
@@ -781,11 +784,23 @@ def _measure(fx, total, ticks, wall, submit_s, tick_s, round_s, slow, max_tick, 
             # Like Kueue's recorder: from creation to the (last) admission.
             waits[name.split("-", 1)[0]].append((admitted_at - submitted).total_seconds() * scale)
     gpu_seconds, end = 0.0, fx.at(0)
-    for created, released in Allocation.objects.values_list("created_at", "released_at"):
+    held = []  # (class, from, to) in fixture seconds
+    for created, released, name in Allocation.objects.values_list("created_at", "released_at", "workload__name"):
         released = released or created
         gpu_seconds += (released - created).total_seconds()
         end = max(end, released)
+        held.append((name.split("-", 1)[0], (created - fx.at(0)).total_seconds() * scale,
+                     (released - fx.at(0)).total_seconds() * scale))
     span = (end - fx.at(0)).total_seconds()
+    window = 10.0 if span * scale > 30 else 1.0
+    by_window: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for cls, start, stop in held:
+        w = int(start // window)
+        while w * window < stop:
+            by_window[w][cls] += min(stop, (w + 1) * window) - max(start, w * window)
+            w += 1
+    held_by_window = [(w * window, {c.name: 100 * by_window[w][c.name] / (fx.capacity * window) for c in fx.classes})
+                      for w in range(int(span * scale // window) + 1)]
     phases = PlacementRound.objects.aggregate(
         load=Sum("load_ms"), compute=Sum("compute_ms"), commit=Sum("commit_ms"), followup=Sum("followup_ms")
     )
@@ -808,6 +823,8 @@ def _measure(fx, total, ticks, wall, submit_s, tick_s, round_s, slow, max_tick, 
         preemptions=Preemption.objects.count(),
         requeues=Workload.objects.aggregate(n=Sum("requeue_count"))["n"] or 0,
         phases_ms={k: v or 0.0 for k, v in phases.items()},
+        held_by_window=held_by_window,
+        window_s=window,
     )
 
 
@@ -912,6 +929,13 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float, mode: str, sp
         "PostgreSQL and waiting)",
     ]
     lines += [f"    {note}" for note in out.notes]
+    if out.held_by_window:
+        names = " / ".join(c.name for c in fx.classes)
+        lines.append(f"    GPUs held per {out.window_s:g} s of fixture time, % of the {fx.capacity} ({names}): what "
+                     "the wall time is spent on")
+        lines += [f"      {f'{start:g}-{start + out.window_s:g} s':>10} {sum(use.values()):>4.0f} %  ("
+                  + " / ".join(f"{use[c.name]:.0f}" for c in fx.classes) + ")"
+                  for start, use in out.held_by_window]
     if mode == "stepped":
         lines += [
             f"    real-time check: {out.slow_ticks} of {out.ticks} ticks took longer than the {fx.tick_ms} ms they "

@@ -196,6 +196,11 @@ def test_the_benchmark_loop_runs_a_small_fixture_to_the_end(db, submit):
     # 80 GPUs; 4 large gangs of 20 arrive together at 500 ms: each waits at most for the others.
     assert 0 < out.usage_pct <= 100 and out.sim_end_s >= 2.0
     assert not Workload.objects.exclude(state=WorkloadState.SUCCEEDED).exists()
+    # The per-window picture of who held the GPUs covers the run and adds up to its usage.
+    assert len(out.held_by_window) * out.window_s >= out.sim_end_s
+    assert all(0 <= sum(use.values()) <= 100 + 1e-9 for _start, use in out.held_by_window)
+    held = sum(sum(use.values()) for _start, use in out.held_by_window) * out.window_s
+    assert held == pytest.approx(out.usage_pct * out.sim_end_s)
 
 
 def test_the_loop_runs_a_round_when_a_service_asks_for_one_or_the_periodic_one_is_due(
