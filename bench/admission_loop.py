@@ -793,14 +793,6 @@ def _measure(fx, total, ticks, wall, submit_s, tick_s, round_s, slow, max_tick, 
                      (released - fx.at(0)).total_seconds() * scale))
     span = (end - fx.at(0)).total_seconds()
     window = 10.0 if span * scale > 30 else 1.0
-    by_window: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for cls, start, stop in held:
-        w = int(start // window)
-        while w * window < stop:
-            by_window[w][cls] += min(stop, (w + 1) * window) - max(start, w * window)
-            w += 1
-    held_by_window = [(w * window, {c.name: 100 * by_window[w][c.name] / (fx.capacity * window) for c in fx.classes})
-                      for w in range(int(span * scale // window) + 1)]
     phases = PlacementRound.objects.aggregate(
         load=Sum("load_ms"), compute=Sum("compute_ms"), commit=Sum("commit_ms"), followup=Sum("followup_ms")
     )
@@ -823,9 +815,23 @@ def _measure(fx, total, ticks, wall, submit_s, tick_s, round_s, slow, max_tick, 
         preemptions=Preemption.objects.count(),
         requeues=Workload.objects.aggregate(n=Sum("requeue_count"))["n"] or 0,
         phases_ms={k: v or 0.0 for k, v in phases.items()},
-        held_by_window=held_by_window,
+        held_by_window=_held_by_window(fx, held, span * scale, window),
         window_s=window,
     )
+
+
+def _held_by_window(fx: Fixture, held: list[tuple[str, float, float]], span: float, window: float
+                    ) -> list[tuple[float, dict[str, float]]]:
+    """Per `window` seconds of fixture time up to `span`: % of the GPUs each class held, from the
+    allocations' (class, from, to) in fixture seconds."""
+    by_window: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for cls, start, stop in held:
+        w = int(start // window)
+        while w * window < stop:
+            by_window[w][cls] += min(stop, (w + 1) * window) - max(start, w * window)
+            w += 1
+    return [(w * window, {c.name: 100 * by_window[w][c.name] / (fx.capacity * window) for c in fx.classes})
+            for w in range(int(span // window) + 1)]
 
 
 def _mean(values: list[float]) -> float:
