@@ -105,6 +105,11 @@ KUEUE_BASELINE = {
 }
 
 
+def class_of(name: str) -> str:
+    """The workload class of a fixture workload's name (Fixture.arrivals names them class-queue-...)."""
+    return name.split("-", 1)[0]
+
+
 @dataclass(frozen=True)
 class Fixture:
     classes: tuple[WorkloadClass, ...] = BASELINE_CLASSES
@@ -611,7 +616,7 @@ def _api_process(fx: Fixture, share: int, shares: int, started: float, speedup: 
                 behind = max(0.0, (clock.fixture_ms() - tick * fx.tick_ms) / 1000)
                 late, late_max = late + behind * len(arrivals[tick]), max(late_max, behind)
                 for spec in arrivals[tick]:
-                    late_by_class[spec["name"].split("-", 1)[0]] += behind
+                    late_by_class[class_of(spec["name"])] += behind
                 clock.pin = fx.at(tick * fx.tick_ms)
                 try:
                     submit_service(arrivals[tick], client, clock.pin)
@@ -782,16 +787,17 @@ def _measure(fx, total, ticks, wall, submit_s, tick_s, round_s, slow, max_tick, 
         succeeded += state == "succeeded"
         if admitted_at is not None:
             # Like Kueue's recorder: from creation to the (last) admission.
-            waits[name.split("-", 1)[0]].append((admitted_at - submitted).total_seconds() * scale)
-    gpu_seconds, end = 0.0, fx.at(0)
+            waits[class_of(name)].append((admitted_at - submitted).total_seconds() * scale)
+    start = fx.at(0)
+    gpu_seconds, end = 0.0, start
     held = []  # (class, from, to) in fixture seconds
     for created, released, name in Allocation.objects.values_list("created_at", "released_at", "workload__name"):
         released = released or created
         gpu_seconds += (released - created).total_seconds()
         end = max(end, released)
-        held.append((name.split("-", 1)[0], (created - fx.at(0)).total_seconds() * scale,
-                     (released - fx.at(0)).total_seconds() * scale))
-    span = (end - fx.at(0)).total_seconds()
+        held.append((class_of(name), (created - start).total_seconds() * scale,
+                     (released - start).total_seconds() * scale))
+    span = (end - start).total_seconds()
     window = 10.0 if span * scale > 30 else 1.0
     phases = PlacementRound.objects.aggregate(
         load=Sum("load_ms"), compute=Sum("compute_ms"), commit=Sum("commit_ms"), followup=Sum("followup_ms")
@@ -899,7 +905,7 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float, mode: str, sp
         + f" (1 simulated s = {fx.unit_ms} ms); preemption: "
         f"{'priority (fleet-wide) + cohort reclaim' if fx.preemption else 'cohort reclaim only'}; "
         f"ROUND_QUEUE_DEPTH {settings.FLEETDECK.get('ROUND_QUEUE_DEPTH', 0)} (waiting workloads a round considers "
-        f"per queue; the setting, default 16); "
+        "per queue); "
         f"set-up (scratch DB, migrate, fleet) {setup_s:.1f} s, not counted",
         "",
         f"    {'':34} {'Fleetdeck':>12} {'lower bound':>12} {'Kueue baseline':>15}",
