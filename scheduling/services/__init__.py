@@ -9,7 +9,7 @@ For other parts:
 Executors register with scheduling.executors.register_executor(kind, cls)."""
 
 from .drain import DrainOutcome, node_drain, workloads_on_node
-from .execution import TickSummary, executor_tick, preemption_deadlines_enforce, time_limits_enforce, workloads_start
+from .execution import TickSummary, executor_tick, workloads_start
 from .rounds import RoundReport, placement_round_run
 from .transitions import TransitionConflict, workload_transition
 from .workloads import (
@@ -34,8 +34,6 @@ __all__ = [
     "executor_tick",
     "node_drain",
     "placement_round_run",
-    "preemption_deadlines_enforce",
-    "time_limits_enforce",
     "workload_cancel",
     "workload_finish",
     "workload_heartbeat",

@@ -107,8 +107,13 @@ def workloads_start(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = Non
 
     Executors whose start means running (the simulated one) move them to running at once;
     the others report `running` from poll(). Returns how many were started."""
-    now = now or timezone.now()
-    workloads = list(Workload.objects.filter(state=WorkloadState.ADMITTED, executor=""))
+    return _start(list(Workload.objects.filter(state=WorkloadState.ADMITTED, executor="")), actor,
+                  now or timezone.now())
+
+
+def _start(workloads: list[Workload], actor: Actor, now: datetime) -> int:
+    """workloads_start for these admitted workloads, read by the caller; the ones started are
+    updated in place (executor, job id and, where starting means running, state and times)."""
     if not workloads:
         return 0
     assignments, kinds = _assignments([w.pk for w in workloads])
@@ -155,10 +160,17 @@ def _start_group(kind: str, group: list[Workload], assignments, actor: Actor, no
                 reason=f"started by the {kind} executor",
                 actor=actor,
             )
+    claimed = set(ids)
+    for w in group:
+        if w.pk in claimed:
+            w.executor, w.executor_job_id = job_ids[w.pk]
+            if executor.starts_running:
+                w.state, w.started_at, w.last_progress_at = WorkloadState.RUNNING, now, now
     return len(ids)
 
 
 def _open_stops() -> dict[int, StopRequest]:
+    """The victims asked to stop and not gone yet, with when they were asked and their deadline."""
     rows = Preemption.objects.filter(completed_at__isnull=True, victim__state=WorkloadState.PREEMPTING)
     return {
         victim: StopRequest(requested_at=at, deadline=deadline)
@@ -169,14 +181,18 @@ def _open_stops() -> dict[int, StopRequest]:
 def executor_tick(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None) -> TickSummary:
     """One pass of the execution loop (see the module docstring)."""
     now = now or timezone.now()
-    summary = TickSummary(started=workloads_start(actor=actor, now=now))
+    # One read of every active workload (this runs before every round): the admitted ones no
+    # executor has yet are started, the others polled, the running ones held to their time
+    # limits. The columns no executor or tick step reads stay behind (a stop that needs one
+    # loads it then).
+    active = list(Workload.objects.filter(state__in=ACTIVE_STATES).defer(*TICK_UNREAD))
+    summary = TickSummary(started=_start(
+        [w for w in active if w.state == WorkloadState.ADMITTED and not w.executor], actor, now))
     stops = _open_stops()
-    # Every running job is read each tick: the columns no executor or tick step reads stay
-    # behind (a stop that needs one loads it then).
-    active = list(Workload.objects.filter(state__in=ACTIVE_STATES).exclude(executor="").defer(*TICK_UNREAD))
     by_kind: dict[str, list[Workload]] = defaultdict(list)
     for w in active:
-        by_kind[w.executor].append(w)
+        if w.executor:
+            by_kind[w.executor].append(w)
     for kind, group in by_kind.items():
         try:
             reports = executor_for_kind(kind).poll(group, now, {w.pk: stops[w.pk] for w in group if w.pk in stops})
@@ -211,8 +227,10 @@ def executor_tick(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None)
         ended = {f.workload.pk for f in finishes}
         wake = executor_for_kind(kind).next_report_at([w for w in group if w.pk not in ended], now)
         summary.next_report_at = min(filter(None, (summary.next_report_at, wake)), default=None)
-    summary.hard_stops = preemption_deadlines_enforce(actor=actor, now=now)
-    summary.time_limited = time_limits_enforce(actor=actor, now=now)
+    # Victims that left during the polls are skipped by the stop itself (it re-reads their state).
+    summary.hard_stops = _preemption_deadlines_enforce(
+        sorted(pk for pk, stop in stops.items() if stop.deadline <= now), actor, now)
+    summary.time_limited = _time_limits_enforce(active, actor, now)
     if summary.next_report_at is not None:
         round_request_at_on_commit(summary.next_report_at)  # a job ends then: a round (its tick first) at that moment
     return summary
@@ -296,26 +314,20 @@ def _apply(report: ExecutorReport, workload: Workload, actor: Actor, now: dateti
             summary.progressed += 1
 
 
-def preemption_deadlines_enforce(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None) -> int:
+def _preemption_deadlines_enforce(victims: list[int], actor: Actor, now: datetime) -> int:
     """Victims still holding GPUs after their grace period are stopped hard and requeued."""
-    now = now or timezone.now()
-    overdue = Preemption.objects.filter(completed_at__isnull=True, deadline__lte=now,
-                                        victim__state=WorkloadState.PREEMPTING).values_list("victim_id", flat=True)
-    victims = sorted(set(overdue))
     if not victims:
         return 0
     return len(workloads_preemption_finish(workload_ids=victims, actor=actor, now=now, hard=True))
 
 
-def time_limits_enforce(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None) -> int:
-    """Running workloads past their time limit are stopped and failed (not requeued)."""
-    now = now or timezone.now()
+def _time_limits_enforce(workloads: list[Workload], actor: Actor, now: datetime) -> int:
+    """Running workloads past their time limit are stopped and failed (not requeued). Those the
+    tick finished already are no longer running, here or in the stop's own re-read."""
     stopped = 0
-    candidates = Workload.objects.filter(
-        state=WorkloadState.RUNNING, time_limit_seconds__isnull=False, started_at__isnull=False
-    )
-    for w in candidates.only("pk", "started_at", "time_limit_seconds"):
-        if w.started_at + timedelta(seconds=w.time_limit_seconds) <= now:
+    for w in workloads:
+        if (w.state == WorkloadState.RUNNING and w.time_limit_seconds is not None and w.started_at is not None
+                and w.started_at + timedelta(seconds=w.time_limit_seconds) <= now):
             outcome = workload_stop_gang(
                 workload=w,
                 reason=f"time limit of {w.time_limit_seconds} s reached",

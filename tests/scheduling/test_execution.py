@@ -45,6 +45,25 @@ def test_a_simulated_job_checkpoints_on_schedule_then_succeeds_and_frees_its_gpu
     assert (w.state, w.progress_step, _held(w)) == (WorkloadState.SUCCEEDED, 1000, 0)
 
 
+def test_the_tick_fails_a_job_at_its_time_limit_and_lets_one_that_ends_sooner_succeed(research_queue, clock):
+    long = workload_submit(spec=training("long", 8, run_seconds=1000, time_limit_seconds=600), actor=HEALTH)
+    short = workload_submit(spec=training("short", 8, run_seconds=300, time_limit_seconds=600), actor=HEALTH)
+    run_round(clock)
+    clock.advance(599)
+    executor_tick(now=clock.now)
+    long.refresh_from_db()
+    assert long.state == WorkloadState.RUNNING and _held(long) == 8
+
+    clock.advance(1)
+    assert executor_tick(now=clock.now).time_limited == 1
+    long.refresh_from_db()
+    short.refresh_from_db()
+    assert (long.state, _held(long)) == (WorkloadState.FAILED, 0)
+    assert long.transitions.last().reason == "time limit of 600 s reached"
+    assert short.state == WorkloadState.SUCCEEDED
+    assert executor_tick(now=clock.now).time_limited == 0  # nothing is stopped twice
+
+
 def test_stop_gang_with_enough_grace_saves_a_final_checkpoint_and_loses_nothing(research_queue, clock):
     w = workload_submit(spec=training("t", 32, checkpoint={"enabled": True, "write_seconds": 120}), actor=HEALTH)
     run_round(clock)
