@@ -140,10 +140,11 @@ def _start_group(kind: str, group: list[Workload], assignments, actor: Actor, no
         else:
             job_ids[pk] = (kind, started)
     with transaction.atomic():
-        # Row locks (PostgreSQL) make the claim below exact when a tick and a round race.
+        # Row locks (PostgreSQL) make the claim below exact when a tick and a round race; taken in
+        # id order, as every writer of many workloads takes them (see rounds._claimable).
         ids: list[int] = []
-        for part in chunked(list(job_ids)):
-            claimable = Workload.objects.filter(pk__in=part, state=WorkloadState.ADMITTED, executor="")
+        for part in chunked(sorted(job_ids)):
+            claimable = Workload.objects.filter(pk__in=part, state=WorkloadState.ADMITTED, executor="").order_by("pk")
             ids.extend(claimable.select_for_update().values_list("pk", flat=True))
         if not executor.starts_running:
             rows_update(model=Workload, fields=["executor", "executor_job_id"], rows={pk: job_ids[pk] for pk in ids})

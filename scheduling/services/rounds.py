@@ -325,8 +325,12 @@ def _mark_admitted(
 
 def _start_preemptions(result: RoundResult, actor: Actor, now: datetime) -> list[tuple[int, int, str]]:
     started = []
+    # Every victim locked at once, in id order, as the executor tick locks the gangs it finishes:
+    # one at a time in the decisions' order could deadlock with it.
+    victims = {w.pk: w for part in by_ids(Workload.objects.order_by("pk").select_for_update(),
+                                          sorted({p.victim_id for p in result.preemptions})) for w in part}
     for p in result.preemptions:
-        victim = Workload.objects.select_for_update().filter(pk=p.victim_id).first()
+        victim = victims.get(p.victim_id)
         preemptor = Workload.objects.filter(pk=p.preemptor_id, state__in=WAITING).first()
         if victim is None or preemptor is None:
             continue

@@ -250,7 +250,10 @@ def workloads_finish(*, finishes: list[Finish], actor: Actor, now: datetime | No
     wanted = {f.workload.pk: f for f in finishes}
     with transaction.atomic():
         before: dict[int, str] = {}
-        for part in by_ids(Workload.objects.filter(state__in=ACTIVE_STATES).select_for_update(), sorted(wanted)):
+        # Locked in id order (not the model's newest-first ordering): a round's claim locks in
+        # that order too, and opposite orders deadlock.
+        for part in by_ids(Workload.objects.filter(state__in=ACTIVE_STATES).order_by("pk").select_for_update(),
+                           sorted(wanted)):
             before.update(part.values_list("pk", "state"))
         ids = sorted(before)
         if not ids:
