@@ -24,7 +24,10 @@ Modes (--mode):
 - production (default; the headline at the default --speedup 1, the fixture's real time): the
   product as deployed (simulate_production). API worker processes (--api-workers, 4) submit each
   workload with workload_submit at its arrival time; this process is the Celery worker
-  (concurrency 1): the services' own round_request (its debounce, its mark in Redis) queues the
+  (concurrency 1; each task through Celery's tracer with the hooks a worker runs around it, the
+  Django fixup's and config.celery's, so the database connection is handled as in production;
+  each submission between Django's request signals, likewise): the services' own round_request
+  (its debounce, its mark in Redis) queues the
   round task (an executor tick, a round, then the admitted gangs started), of which only the
   hand-off to the broker is replaced (CeleryStandIn, which also takes the executor tick's
   wake-ups at a simulated job's end, an eta on Django's clock), and the beat's round task and
@@ -61,6 +64,7 @@ import pstats
 import queue as queue_mod
 import sys
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -251,12 +255,22 @@ def fixture_load(fx: Fixture) -> None:
 # --- submission -----------------------------------------------------------------------------
 
 
-def submit_service(specs: list[dict], actor, now: datetime) -> None:
-    """The API's path: one workload_submit (its own transaction) per workload."""
+def submit_service(specs: list[dict], actor, now: datetime, *, as_requests: bool = False) -> None:
+    """The API's path: one workload_submit (its own transaction) per workload; `as_requests`, each
+    between Django's request_started and request_finished, as the web serves it (what they do to
+    the database connection, DB_CONN_MAX_AGE, is timed too)."""
+    from django.core.signals import request_finished, request_started
+
     from scheduling.services import workload_submit
 
     for spec in specs:
-        workload_submit(spec=spec, actor=actor, now=now)
+        if as_requests:
+            request_started.send(sender=None)
+        try:
+            workload_submit(spec=spec, actor=actor, now=now)
+        finally:
+            if as_requests:
+                request_finished.send(sender=None)
 
 
 class BulkSubmitter:
@@ -569,6 +583,32 @@ class CeleryStandIn:
         self.queue.put((due, now + expires if expires else float("inf")))
 
 
+class _WorkerProcess:
+    """Runs a task as a Celery worker's pool process does: through Celery's tracer (not eagerly),
+    with the task_prerun / task_postrun hooks a worker connects (the Django fixup's, as
+    DjangoWorkerFixup.install connects them, and the app's own in config.celery). What those do to
+    the database connection between tasks (CELERY_DB_REUSE_MAX, DB_CONN_MAX_AGE) is timed too."""
+
+    def __init__(self) -> None:
+        self.tracers: dict[str, object] = {}
+
+    def __call__(self, task):
+        from celery import signals
+        from celery.app.trace import build_tracer
+        from celery.fixups.django import DjangoWorkerFixup
+
+        if not self.tracers:  # the app's, as the worker process starts
+            fixup = DjangoWorkerFixup(task.app)
+            signals.task_prerun.connect(fixup.on_task_prerun, weak=False)
+            signals.task_postrun.connect(fixup.on_task_postrun, weak=False)
+        if task.name not in self.tracers:
+            self.tracers[task.name] = build_tracer(task.name, task, app=task.app, eager=False)
+        retval, info, *_ = self.tracers[task.name](uuid.uuid4().hex, (), {}, {})
+        if info is not None and info.state != "SUCCESS":
+            raise RuntimeError(f"{task.name} failed: {info.retval!r}")
+        return retval
+
+
 class _production_patched:
     """Django's clock is `clock` and placement_round_task's hand-off goes to `broker`."""
 
@@ -619,7 +659,7 @@ def _api_process(fx: Fixture, share: int, shares: int, started: float, speedup: 
                     late_by_class[class_of(spec["name"])] += behind
                 clock.pin = fx.at(tick * fx.tick_ms)
                 try:
-                    submit_service(arrivals[tick], client, clock.pin)
+                    submit_service(arrivals[tick], client, clock.pin, as_requests=True)
                 finally:
                     clock.pin = None
                 busy += time.perf_counter() - t0
@@ -669,6 +709,7 @@ def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int =
     tick_s = round_s = 0.0
     checked = 0.0
     cpu_started = time.process_time()
+    run_task = _WorkerProcess()
     try:
         with _production_patched(clock, broker):
             while finished < total:
@@ -692,7 +733,7 @@ def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int =
                     if now > expires:
                         continue  # Celery drops an expired task unrun
                     requested += 1
-                    admitted += placement_round_task()["admitted"]
+                    admitted += run_task(placement_round_task)["admitted"]
                     round_s += time.perf_counter() - t0
                     ticks += 1
                 elif beat["round"] <= beat["tick"]:
@@ -700,13 +741,13 @@ def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int =
                     # runs the newest one only.
                     while beat["round"] <= now:
                         beat["round"] += period
-                    admitted += placement_round_task()["admitted"]
+                    admitted += run_task(placement_round_task)["admitted"]
                     round_s += time.perf_counter() - t0
                     ticks += 1
                 else:
                     while beat["tick"] <= now:
                         beat["tick"] += period
-                    executor_tick_task()
+                    run_task(executor_tick_task)
                     tick_s += time.perf_counter() - t0
                     ticks += 1
                 if time.time() - checked >= 0.25:
@@ -849,7 +890,9 @@ def _mean(values: list[float]) -> float:
 
 MODES = {
     "production": "the product as deployed: {api_workers} API worker processes, each workload one workload_submit "
-    "at its arrival time; one Celery worker (concurrency 1) running the round task (executor tick, round, start) "
+    "(a request: Django's request signals around it) at its arrival time; one Celery worker (concurrency 1, "
+    "each task through Celery's tracer and the hooks a worker runs around it) running the round task "
+    "(executor tick, round, start) "
     "when round_request's production debounce queues it ({debounce:g} s, one queued at a time, through Redis) "
     "or the executor tick's wake-up comes at a running job's end, "
     "and the beat's round task and executor tick every {period:g} s of wall time; the clock running {speedup:g}x "
