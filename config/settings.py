@@ -78,10 +78,12 @@ DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'fleetdeck.sqlite3'}"),
         # A connection serves many requests and Celery tasks (config.celery): opening one per
-        # round task cost it ~10 ms of ~100 on the admission benchmark. Checked before each
-        # reuse, replaced after this many seconds (0: one connection per request or task).
+        # request and per round task doubled the admission benchmark's wall time. Replaced after
+        # this many seconds (0: one connection per request or task) and, with health checks (one
+        # round trip per request or task), checked before each reuse, so a database restart
+        # costs no failed request.
         conn_max_age=env_int("DB_CONN_MAX_AGE", 60),
-        conn_health_checks=True,
+        conn_health_checks=env_bool("DB_CONN_HEALTH_CHECKS", True),
     )
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
