@@ -589,20 +589,20 @@ class _WorkerProcess:
     DjangoWorkerFixup.install connects them, and the app's own in config.celery). What those do to
     the database connection between tasks (CELERY_DB_REUSE_MAX, DB_CONN_MAX_AGE) is timed too."""
 
-    def __init__(self) -> None:
-        self.tracers: dict[str, object] = {}
-
-    def __call__(self, task):
+    def __init__(self, app) -> None:
         from celery import signals
-        from celery.app.trace import build_tracer
         from celery.fixups.django import DjangoWorkerFixup
 
-        if not self.tracers:  # the app's, as the worker process starts
-            fixup = DjangoWorkerFixup(task.app)
-            signals.task_prerun.connect(fixup.on_task_prerun, weak=False)
-            signals.task_postrun.connect(fixup.on_task_postrun, weak=False)
+        fixup = DjangoWorkerFixup(app)  # the hooks a worker process connects as it starts
+        signals.task_prerun.connect(fixup.on_task_prerun, weak=False)
+        signals.task_postrun.connect(fixup.on_task_postrun, weak=False)
+        self.app, self.tracers = app, {}
+
+    def __call__(self, task):
+        from celery.app.trace import build_tracer
+
         if task.name not in self.tracers:
-            self.tracers[task.name] = build_tracer(task.name, task, app=task.app, eager=False)
+            self.tracers[task.name] = build_tracer(task.name, task, app=self.app, eager=False)
         retval, info, *_ = self.tracers[task.name](uuid.uuid4().hex, (), {}, {})
         if info is not None and info.state != "SUCCESS":
             raise RuntimeError(f"{task.name} failed: {info.retval!r}")
@@ -709,7 +709,7 @@ def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int =
     tick_s = round_s = 0.0
     checked = 0.0
     cpu_started = time.process_time()
-    run_task = _WorkerProcess()
+    run_task = _WorkerProcess(placement_round_task.app)
     try:
         with _production_patched(clock, broker):
             while finished < total:
