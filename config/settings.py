@@ -215,9 +215,11 @@ if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_RESULT_BACKEND = REDIS_URL
 else:
-    # Embedded broker: kombu's filesystem transport, so the demo needs no Redis.
+    # Embedded broker: kombu's filesystem transport, so the demo needs no Redis; core.broker's,
+    # which never lets the web, worker and beat processes read each other's half-written files.
     _broker_dir = VAR_DIR / "broker"
     CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT = "core.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
