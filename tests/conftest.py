@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from aiosmtpd.controller import Controller
 from django.contrib.auth.models import Group, User
+from django.db import connections
 
 from config.celery import app as celery_app
 from core.roles import OPERATORS_GROUP
@@ -92,6 +93,10 @@ def browser(chromium_path):
         browser = playwright.chromium.launch(executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+        # While Playwright's loop runs, Django keeps the test's database connections apart from
+        # the ones it has outside it (asgiref's Local, per context): closed here, or they outlive
+        # the session and the test database cannot be dropped.
+        connections.close_all()
 
 
 @pytest.fixture(scope="session")
