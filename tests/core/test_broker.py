@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import builtins
 import io
-import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -32,11 +31,6 @@ def _connection(tmp_path: Path, transport=Transport) -> Connection:
     # stands for a process of its own (web, worker, beat).
     connection.transport.state = BrokerState()
     return connection
-
-
-def _queue_name() -> str:
-    """A queue no earlier test declared: kombu remembers declared bindings per process."""
-    return f"jobs-{uuid.uuid4().hex[:8]}"
 
 
 @contextmanager
@@ -65,8 +59,7 @@ def paused_writes(folder: Path, meanwhile):
 
 def test_a_consumer_never_receives_a_message_still_being_written(tmp_path):
     with _connection(tmp_path) as producer, _connection(tmp_path) as consumer:
-        name = _queue_name()
-        outbox, inbox = producer.SimpleQueue(name), consumer.SimpleQueue(name)
+        outbox, inbox = producer.SimpleQueue("rounds"), consumer.SimpleQueue("rounds")
         seen_while_writing = []
 
         def consumer_polls():
@@ -88,9 +81,9 @@ def test_a_consumer_never_receives_a_message_still_being_written(tmp_path):
 
 def test_processes_declaring_the_same_queue_at_once_share_one_whole_routing_table(tmp_path):
     with _connection(tmp_path) as web, _connection(tmp_path) as worker:
-        name, declared = _queue_name(), []
-        with paused_writes(tmp_path / "control", lambda: declared.append(worker.SimpleQueue(name))):
-            outbox = web.SimpleQueue(name)
+        declared = []
+        with paused_writes(tmp_path / "control", lambda: declared.append(worker.SimpleQueue("rounds"))):
+            outbox = web.SimpleQueue("rounds")
         outbox.put({"round": 2})
         message = declared[0].get(block=False)
 
