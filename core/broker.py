@@ -11,6 +11,7 @@ filesystem."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from pathlib import Path
@@ -26,19 +27,31 @@ def _staged(folder: str | Path, data: bytes) -> str:
     """A new file holding `data` in `folder`, named so that no reader of the folder takes it: a
     leading dot leaves nothing after the first dot that ends in `<queue>.msg`."""
     path = os.path.join(folder, f".{uuid.uuid4().hex}.staged")
-    with open(path, "wb") as f:
-        f.write(data)
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except OSError:
+        _remove(path)
+        raise
     return path
+
+
+def _remove(path: str | Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 class Channel(filesystem.Channel):
     def _put(self, queue, payload, **kwargs):
         """Put `payload` onto `queue` whole: the message file appears under its name complete."""
         name = f"{int(round(monotonic() * 1000))}_{uuid.uuid4()}.{queue}.msg"
+        staged = None
         try:
             staged = _staged(self.data_folder_out, str_to_bytes(dumps(payload)))
             os.replace(staged, os.path.join(self.data_folder_out, name))
         except OSError as exc:
+            if staged is not None:
+                _remove(staged)
             raise ChannelError(f"Cannot add file {name!r} to directory") from exc
 
     def _queue_bind(self, exchange, routing_key, pattern, queue):
@@ -56,8 +69,10 @@ class Channel(filesystem.Channel):
                 os.link(staged, file)
             except FileExistsError:
                 pass
+            except OSError as exc:
+                raise ChannelError(f"Cannot create {file}") from exc
             finally:
-                os.unlink(staged)
+                _remove(staged)
         return super()._queue_bind(exchange, routing_key, pattern, queue)
 
 
