@@ -949,6 +949,8 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float, mode: str, sp
         f"{'priority (fleet-wide) + cohort reclaim' if fx.preemption else 'cohort reclaim only'}; "
         f"ROUND_QUEUE_DEPTH {settings.FLEETDECK.get('ROUND_QUEUE_DEPTH', 0)} (waiting workloads a round considers "
         "per queue); "
+        f"PROTECT_BLOCKED_GANGS {'on' if settings.FLEETDECK.get('PROTECT_BLOCKED_GANGS') else 'off'} (lower "
+        "priorities leave room for blocked gangs); "
         f"set-up (scratch DB, migrate, fleet) {setup_s:.1f} s, not counted",
         "",
         f"    {'':34} {'Fleetdeck':>12} {'lower bound':>12} {'Kueue baseline':>15}",

@@ -258,6 +258,9 @@ FLEETDECK = {
     # order), like Slurm's default_queue_depth: a deep backlog does not slow every round down.
     # Those further back wait behind that many of their own queue; 0 considers every one.
     "ROUND_QUEUE_DEPTH": env_int("ROUND_QUEUE_DEPTH", 16),
+    # Lower priorities leave room for the gangs of higher priorities blocked with no known start
+    # (scheduling.engine.protection); off: they may take any free GPU (best effort).
+    "PROTECT_BLOCKED_GANGS": env_bool("PROTECT_BLOCKED_GANGS", False),
     # Each process keeps the fleet's scheduling state between rounds, updated from the change
     # journal (scheduling.state_cache), and reloads it whole at least this often as a safety net.
     "STATE_CACHE": env_bool("STATE_CACHE", True),

@@ -45,6 +45,7 @@ from fleet.models import Gpu
 
 from .choices import ACTIVE_STATES
 from .engine import schedule
+from .engine.config import SchedulerConfig
 from .engine.feasibility import NeverFit
 from .engine.round import never_fit_for
 from .engine.snapshot import Capacity
@@ -365,13 +366,13 @@ class Decided:
     result: RoundResult
 
 
-def _inputs(cache: StateCache, snapshot: Snapshot) -> tuple:
-    """Everything a round's decisions depend on besides the clock: the cached fleet and running
-    work (by generation), and what the round read itself: the considered waiting workloads,
-    the reservations they carry, the queues with their quotas and usage, the typical mix. (Not
+def _inputs(cache: StateCache, snapshot: Snapshot, config: SchedulerConfig) -> tuple:
+    """Everything a round's decisions depend on besides the clock: the tunables, the cached fleet
+    and running work (by generation), and what the round read itself: the considered waiting
+    workloads, the reservations they carry, the queues with their quotas and usage, the typical mix. (Not
     the reasons stored on the waiting rows: the commit writes those that differ from its
     decisions, so a round that reuses them still writes what its predecessor could not.)"""
-    return (cache.generation, snapshot.pending, snapshot.reservations, snapshot.queues, snapshot.typical_mix)
+    return (config, cache.generation, snapshot.pending, snapshot.reservations, snapshot.queues, snapshot.typical_mix)
 
 
 def round_decide(snapshot: Snapshot, capacity: Capacity | None) -> RoundResult:
@@ -384,10 +385,11 @@ def round_decide(snapshot: Snapshot, capacity: Capacity | None) -> RoundResult:
     decisions without deciding again: a busy scheduler's rounds are mostly such rounds, and
     re-deciding every blocked queue head (reservations, never-fit) cost half a second at 5,000
     nodes. Without the cache's capacity (no STATE_CACHE, a caller's transaction) it decides."""
+    config = scheduler_config()
     if capacity is None:
-        return schedule(snapshot)
+        return schedule(snapshot, config)
     cache = state_cache()
-    inputs = _inputs(cache, snapshot)
+    inputs = _inputs(cache, snapshot, config)
     kept = cache.decided
     if kept is not None and kept.now <= snapshot.now and kept.inputs == inputs:
         until = kept.result.stable_until
@@ -395,10 +397,15 @@ def round_decide(snapshot: Snapshot, capacity: Capacity | None) -> RoundResult:
             return kept.result
     if cache.never_fit is None:
         cache.never_fit = never_fit_for(list(cache.views.values()))
-    result = schedule(snapshot, capacity=capacity, never_fit=cache.never_fit)
+    result = schedule(snapshot, config, capacity=capacity, never_fit=cache.never_fit)
     at_rest = not result.admitted and not result.preemptions
     cache.decided = Decided(inputs, snapshot.now, result) if at_rest else None
     return result
+
+
+def scheduler_config() -> SchedulerConfig:
+    """The round's tunables that settings choose (the rest are the engine's defaults)."""
+    return SchedulerConfig(protect_blocked=settings.FLEETDECK.get("PROTECT_BLOCKED_GANGS", False))
 
 
 def _chunks(ids: list[int]) -> Iterator[list[int]]:

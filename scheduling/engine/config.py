@@ -14,3 +14,6 @@ class SchedulerConfig:
     reservation_budget: int = 4000  # placement attempts all reservation searches of a round may make
     quota_eta_budget: int = 10000  # quota checks the ETA replay of quota waits may make in a round
     node_topology_candidates: int = 64  # nodes tried for a topology=node (required) workload
+    # Lower priorities leave room on every node for the parts of higher-priority workloads blocked
+    # on capacity with no known start (engine.protection); off: they may take any free GPU.
+    protect_blocked: bool = False

@@ -7,7 +7,9 @@ Phases per workload (in round order):
 2. a job with a time limit that ends before a backfill reservation starts may use its GPUs;
 3. GPUs already being freed for it (preempting victims, carried reservations) -> wait;
 4. preemption, when allowed and nothing else places it;
-5. otherwise Pending with a reason; a gang blocked on capacity gets a backfill reservation.
+5. otherwise Pending with a reason; a gang blocked on capacity gets a backfill reservation, and
+   with SchedulerConfig.protect_blocked one with no known start keeps lower priorities off the
+   room its parts need on each node (engine.protection).
 Capacity and quota usage update as the round admits, so later workloads see earlier ones."""
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from .horizon import Horizon
 from .ordering import by_queue, round_order
 from .placement import Kind, Need, Placed, Where, flavor_demand, flavor_order, need_of, place_pod_set
 from .preemption import Preemptor
+from .protection import Protection
 from .quota import QuotaBook
 from .quota_eta import Holder, Waiter, quota_etas
 from .reasons import Miss, explain, no_flavor
@@ -77,6 +80,7 @@ class Round:
         self._admitted_holders: list[Holder] = []
         self._quota_waiters: list[Waiter] = []
         self._quota_etas: dict[int, tuple[float, str]] = {}
+        self.protection = Protection(snapshot.nodes, snapshot.running) if config.protect_blocked else None
 
     # -- entry ----------------------------------------------------------------------------------
     def run(self) -> RoundResult:
@@ -144,6 +148,8 @@ class Round:
                        "opportunistic: runs only on GPUs no other pending workload wants this round")
         if isinstance(got, Miss) and wl.time_limit_s is not None and got.is_capacity and wl.priority >= 0:
             got = self.reservations.backfill(wl, needs, got)
+        if isinstance(got, Placed) and self.protection is not None:
+            got = self._protect(wl, got)
         if isinstance(got, Placed):
             self.admit(wl, got)
             return None
@@ -154,6 +160,8 @@ class Round:
                 return Miss(PendingReason.UNSATISFIABLE, f"can never fit the whole healthy fleet: {why}")
             waited = self.preemptor.handle(wl, needs, miss, own)
             if waited is not None:
+                if miss.is_capacity:
+                    self._block(wl, needs)
                 return waited
         if miss.is_capacity and wl.priority >= 0:
             miss = self.reservations.explain_reserved(wl, needs, miss, admitted=len(self.result.admitted))
@@ -161,7 +169,37 @@ class Round:
                 self.reservations.reserve(wl, needs, miss)
             for flavor, gpus in flavor_demand(self.cap, needs).items():
                 self.wanted[flavor] = self.wanted.get(flavor, 0) + gpus
+            self._block(wl, needs)
         return miss
+
+    def _block(self, wl: WorkloadSpec, needs: list[Need]) -> None:
+        """With protection on, a workload blocked on capacity with no reservation (no known start)
+        keeps lower priorities from taking the room its parts need."""
+        if self.protection is not None and wl.priority >= 0 and self.reservations.start_of(wl.id) is None:
+            self.protection.block(wl.priority, wl.name, self._largest_parts(needs))
+
+    def _protect(self, wl: WorkloadSpec, placed: Placed) -> Placed | Miss:
+        """`placed`, unless it takes room a blocked higher-priority workload needs (engine.protection)."""
+        assert self.protection is not None
+        shut_out = self.protection.shut_out(wl.priority, placed.placements)
+        if shut_out is None:
+            return placed
+        self.cap.undo(placed.changes, taken=True)
+        name, gpus = shut_out
+        return Miss(PendingReason.RESERVED_FOR_HIGHER_PRIORITY,
+                    f"the GPUs it fits on are kept for {name}, which has higher priority and waits for "
+                    f"{gpus} GPUs on one node with no known start")
+
+    def _largest_parts(self, needs: list[Need]) -> dict[str, int]:
+        """Per flavor a need may use: the whole GPUs its largest part takes on one node."""
+        parts: dict[str, int] = {}
+        for need in needs:
+            if need.kind != Kind.WHOLE:
+                continue
+            for flavor in flavor_order(self.cap, need):
+                gpus = min(need.gpus, self.cap.flavors[flavor].node_size or need.gpus)
+                parts[flavor] = max(parts.get(flavor, 0), gpus)
+        return parts
 
     def place_elastic(self, wl: WorkloadSpec, needs: list[Need]) -> Placed | None:
         """The largest size from the elastic minimum up that places now, or None.
@@ -189,6 +227,8 @@ class Round:
 
     def admit(self, wl: WorkloadSpec, placed: Placed) -> None:
         self.quota.add(wl.queue, placed.request)
+        if self.protection is not None:
+            self.protection.hold(wl.priority, placed.placements)
         if wl.time_limit_s is not None:
             self._admitted_holders.append(Holder(wl.name, wl.queue, self.now + wl.time_limit_s, dict(placed.request)))
         self.result.admitted.append(Admit(wl.id, tuple(placed.placements), dict(placed.borrowed)))

@@ -331,3 +331,24 @@ def test_every_victim_past_its_grace_is_stopped_in_one_tick_each_with_its_own_lo
         stop = AuditEvent.objects.for_target(workload).get(verb="workload.preempted")
         assert stop.after == {"state": "requeued", "lost_gpu_seconds": 8 * ran, "gpus_released": 8.0}
     assert executor_tick(now=clock.now).hard_stops == 0  # nothing is stopped twice
+
+
+@pytest.mark.parametrize(("protect", "small_runs"), [(True, False), (False, True)], ids=["protected", "best-effort"])
+def test_protect_blocked_gangs_keeps_lower_priorities_off_the_node_a_blocked_gang_needs(
+    small, clock, settings, protect, small_runs
+):
+    settings.FLEETDECK = {**settings.FLEETDECK, "PROTECT_BLOCKED_GANGS": protect}
+    _submit(training("hog", 8))  # on n1, no time limit: nobody knows when n2's partner frees up
+    run_round(clock)
+    gang = _submit(training("gang", 16))
+    notebook = _submit(training("notebook", 1, priority="eval"))
+
+    run_round(clock)
+
+    gang.refresh_from_db()
+    notebook.refresh_from_db()
+    assert gang.state == WorkloadState.PENDING
+    assert (notebook.state != WorkloadState.PENDING) is small_runs
+    if protect:
+        assert notebook.pending_reason == "RESERVED_FOR_HIGHER_PRIORITY"
+        assert "kept for gang" in notebook.pending_message
