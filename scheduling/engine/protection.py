@@ -23,7 +23,7 @@ class Protection:
     """One round's record of blocked workloads and of what each priority holds on each node."""
 
     def __init__(self, nodes: Sequence[NodeView], running: Sequence[RunningWorkload]) -> None:
-        self.size = {n.name: len(n.gpus) for n in nodes}
+        self.size = {n.name: sum(1 for g in n.gpus if g.healthy) for n in nodes}  # GPUs a part could ever use
         self.flavor = {n.name: n.flavor for n in nodes}
         self.held: dict[str, dict[int, int]] = defaultdict(dict)  # node -> priority -> GPUs held
         for rw in running:
