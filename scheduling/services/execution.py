@@ -25,7 +25,7 @@ from scheduling.executors import ExecutorReport, ReplicaAssignment, StopRequest,
 from scheduling.models import Allocation, Preemption, Workload
 
 from .allocation import chunked
-from .bulk import rows_update
+from .bulk import locked_by_ids, rows_update
 from .round_requests import round_request_at_on_commit
 from .transitions import transitions_record_bulk, workload_transition
 from .workloads import (
@@ -140,12 +140,10 @@ def _start_group(kind: str, group: list[Workload], assignments, actor: Actor, no
         else:
             job_ids[pk] = (kind, started)
     with transaction.atomic():
-        # Row locks (PostgreSQL) make the claim below exact when a tick and a round race; taken in
-        # id order, as every writer of many workloads takes them (see rounds._claimable).
+        # Row locks (PostgreSQL) make the claim below exact when a tick and a round race.
         ids: list[int] = []
-        for part in chunked(sorted(job_ids)):
-            claimable = Workload.objects.filter(pk__in=part, state=WorkloadState.ADMITTED, executor="").order_by("pk")
-            ids.extend(claimable.select_for_update().values_list("pk", flat=True))
+        for part in locked_by_ids(Workload.objects.filter(state=WorkloadState.ADMITTED, executor=""), list(job_ids)):
+            ids.extend(part.values_list("pk", flat=True))
         if not executor.starts_running:
             rows_update(model=Workload, fields=["executor", "executor_job_id"], rows={pk: job_ids[pk] for pk in ids})
         else:

@@ -46,7 +46,7 @@ from scheduling.snapshot import SnapshotIndex, _aware, _raw_rows, placements_to_
 from scheduling.state_cache import round_committed, round_decide, round_state
 
 from .allocation import AllocationRow, GangClaim, allocations_claim
-from .bulk import by_ids, rows_update
+from .bulk import by_ids, locked_by_ids, rows_update
 from .round_requests import round_request_on_commit
 from .transitions import WAITING, transitions_record_bulk
 from .workloads import workload_preempt
@@ -278,7 +278,7 @@ def _claimable(ids: list[int]) -> dict[int, Claimable]:
     primary key alone, the state checked here: with a condition on the state as well the
     planner may walk the whole backlog's partial index to find a round's few hundred rows."""
     waiting: dict[int, Claimable] = {}
-    for part in by_ids(Workload.objects.order_by("pk").select_for_update(), ids):
+    for part in locked_by_ids(Workload.objects.all(), ids):
         rows = _raw_rows(part.values_list("pk", "state", "queued_at", "submitted_at"))
         waiting.update((pk, Claimable(state, _aware(queued), _aware(sub)))
                        for pk, state, queued, sub in rows if state in WAITING)
@@ -325,10 +325,10 @@ def _mark_admitted(
 
 def _start_preemptions(result: RoundResult, actor: Actor, now: datetime) -> list[tuple[int, int, str]]:
     started = []
-    # Every victim locked at once, in id order, as the executor tick locks the gangs it finishes:
-    # one at a time in the decisions' order could deadlock with it.
-    victims = {w.pk: w for part in by_ids(Workload.objects.order_by("pk").select_for_update(),
-                                          sorted({p.victim_id for p in result.preemptions})) for w in part}
+    # Every victim locked at once (locked_by_ids), as the executor tick locks the gangs it
+    # finishes: one at a time in the decisions' order could deadlock with it.
+    victims = {w.pk: w for part in locked_by_ids(Workload.objects.all(), [p.victim_id for p in result.preemptions])
+               for w in part}
     for p in result.preemptions:
         victim = victims.get(p.victim_id)
         preemptor = Workload.objects.filter(pk=p.preemptor_id, state__in=WAITING).first()

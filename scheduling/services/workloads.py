@@ -26,7 +26,7 @@ from scheduling.executors import executor_for_kind
 from scheduling.models import Allocation, Preemption, Workload
 
 from .allocation import allocations_release
-from .bulk import by_ids, rows_update
+from .bulk import locked_by_ids, rows_update
 from .catalogue import catalogue
 from .never_fit import never_fit_refuse
 from .round_requests import round_request_on_commit
@@ -250,10 +250,7 @@ def workloads_finish(*, finishes: list[Finish], actor: Actor, now: datetime | No
     wanted = {f.workload.pk: f for f in finishes}
     with transaction.atomic():
         before: dict[int, str] = {}
-        # Locked in id order (not the model's newest-first ordering): a round's claim locks in
-        # that order too, and opposite orders deadlock.
-        for part in by_ids(Workload.objects.filter(state__in=ACTIVE_STATES).order_by("pk").select_for_update(),
-                           sorted(wanted)):
+        for part in locked_by_ids(Workload.objects.filter(state__in=ACTIVE_STATES), list(wanted)):
             before.update(part.values_list("pk", "state"))
         ids = sorted(before)
         if not ids:
@@ -411,8 +408,8 @@ def workloads_preemption_finish(
     checkpoints = checkpoints or {}
     reason = "preempted: grace period over, stopped hard" if hard else "preempted: checkpointed and exited"
     with transaction.atomic():
-        victims = [w for part in by_ids(Workload.objects.filter(state=WorkloadState.PREEMPTING).order_by("pk")
-                                        .select_for_update(), sorted(set(workload_ids))) for w in part]
+        victims = [w for part in locked_by_ids(Workload.objects.filter(state=WorkloadState.PREEMPTING), workload_ids)
+                   for w in part]
         if not victims:
             return []
         for victim in victims:
