@@ -256,7 +256,8 @@ FLEETDECK = {
     "PLACEMENT_ROUND_SECONDS": env_int("PLACEMENT_ROUND_SECONDS", 2),
     # A round considers the first ROUND_QUEUE_DEPTH waiting workloads of each queue (in queue
     # order), like Slurm's default_queue_depth: a deep backlog does not slow every round down.
-    # Those further back wait behind that many of their own queue; 0 considers every one.
+    # Those further back wait behind that many of their own queue; 0 considers every one. With
+    # PROTECT_BLOCKED_GANGS, that many of each priority class (scheduling.snapshot.considered_window).
     "ROUND_QUEUE_DEPTH": env_int("ROUND_QUEUE_DEPTH", 16),
     # Lower priorities leave room for the gangs of higher priorities blocked with no known start
     # (scheduling.engine.protection); off: they may take any free GPU (best effort).

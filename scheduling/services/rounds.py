@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -42,7 +41,7 @@ from core.collector import collector_paused
 from scheduling.choices import WorkloadState
 from scheduling.engine.types import Admit, ReplicaPlacement, RoundResult, WorkloadSpec
 from scheduling.models import PlacementRound, SchedulerLock, Workload
-from scheduling.snapshot import SnapshotIndex, _aware, _raw_rows, placements_to_json
+from scheduling.snapshot import SnapshotIndex, _aware, _raw_rows, considered_window, placements_to_json
 from scheduling.state_cache import round_committed, round_decide, round_state
 
 from .allocation import AllocationRow, GangClaim, allocations_claim
@@ -144,14 +143,19 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None,
 
 
 def _heads_cut_short(pending: list[WorkloadSpec], admitted: set[int]) -> bool:
-    """True when the round admitted from a queue that showed it a full ROUND_QUEUE_DEPTH of
-    waiting workloads: the ones behind that head were not considered and may fit now, so the
-    next round should come soon rather than at the next periodic one."""
-    depth = settings.FLEETDECK.get("ROUND_QUEUE_DEPTH", 0)
+    """True when the round admitted from a queue (or, per class, a queue's priority class) that
+    showed it a full window of waiting workloads (snapshot.considered_window): the ones behind it
+    were not considered and may fit now, so the next round should come soon rather than at the
+    next periodic one."""
+    depth, per_class = considered_window()
     if depth <= 0 or not admitted:
         return False
-    shown = Counter(spec.queue for spec in pending)
-    return any(shown[spec.queue] >= depth for spec in pending if spec.id in admitted)
+
+    def head(spec: WorkloadSpec) -> tuple:
+        return (spec.queue, spec.priority) if per_class else (spec.queue,)
+
+    shown = Counter(head(spec) for spec in pending)
+    return any(shown[head(spec)] >= depth for spec in pending if spec.id in admitted)
 
 
 def _take_round_lock(actor: Actor, now: datetime) -> bool:

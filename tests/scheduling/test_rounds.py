@@ -233,10 +233,12 @@ def test_a_workload_cancelled_while_the_round_decides_is_not_admitted(small, clo
     assert Workload.objects.get(pk=gone.pk).state == WorkloadState.CANCELLED
 
 
+@pytest.mark.parametrize("protect", [False, True], ids=["queue-head", "class-heads"])
 def test_a_round_that_admits_from_a_full_queue_head_asks_for_the_next_round_at_once(
-    small, clock, settings, monkeypatch, django_capture_on_commit_callbacks
+    small, clock, settings, monkeypatch, django_capture_on_commit_callbacks, protect
 ):
-    settings.FLEETDECK = {**settings.FLEETDECK, "ROUND_QUEUE_DEPTH": 2}
+    # With protection the head is per priority class (one class here: the same head).
+    settings.FLEETDECK = {**settings.FLEETDECK, "ROUND_QUEUE_DEPTH": 2, "PROTECT_BLOCKED_GANGS": protect}
     jobs = [_submit(training(f"job-{i}", 4, priority="research-batch")) for i in range(3)]
     asked = []
     monkeypatch.setattr("scheduling.services.round_requests.round_request", lambda: asked.append(clock.now))
@@ -352,3 +354,24 @@ def test_protect_blocked_gangs_keeps_lower_priorities_off_the_node_a_blocked_gan
     if protect:
         assert notebook.pending_reason == "RESERVED_FOR_HIGHER_PRIORITY"
         assert "kept for gang" in notebook.pending_message
+
+
+@pytest.mark.parametrize("protect", [True, False], ids=["protected", "best-effort"])
+def test_with_protection_a_round_sees_each_priority_class_head_so_lower_ones_fill_what_blocked_gangs_cannot_use(
+    small, clock, settings, protect
+):
+    settings.FLEETDECK = {**settings.FLEETDECK, "ROUND_QUEUE_DEPTH": 2, "PROTECT_BLOCKED_GANGS": protect}
+    _submit(training("hog", 8))  # one node busy with no known end
+    run_round(clock)
+    first, second = _submit(training("five-1", 5)), _submit(training("five-2", 5))
+    notebook = _submit(training("notebook", 1, priority="eval"))
+
+    run_round(clock)
+
+    # five-1 takes the free node; five-2 is blocked, and no 5-GPU part can use the 3 GPUs left.
+    assert (_held(first), _held(second)) == (5, 0)
+    notebook.refresh_from_db()
+    if protect:  # the eval class's head is in view, and the notebook leaves five-2 its 5 GPUs
+        assert _held(notebook) == 1
+    else:  # the queue's first two, in priority order, are the 5-GPU jobs: the notebook is not looked at
+        assert (_held(notebook), notebook.pending_reason) == (0, "")
