@@ -21,8 +21,11 @@ kept: a round reads the heads it considers (ROUND_QUEUE_DEPTH) and the few queue
 A round's own commit is applied to the cache as it commits (round_committed, Kueue's "assume"):
 the nodes its admitted gangs landed on are updated in memory from its decisions, the same
 arithmetic as a re-read, and the journal rows its transaction wrote for them (StateChange.xact,
-PostgreSQL) are not re-read by the next round. Anything else that changed those nodes is another
-transaction's journal row and re-reads them as usual.
+PostgreSQL) are not re-read by the next round. The executor tick's finishes are applied the same
+way (finished_on_commit: the ended jobs' GPUs, shares, CPU and memory back on their nodes, the
+workloads gone), since after a burst of job ends re-reading their nodes was most of a round's
+load. Anything else that changed those nodes is another transaction's journal row and re-reads
+them as usual.
 
 Two answers are kept as well: the never-fit answers (while no node's geometry changes) and the
 decisions of the last round at rest, which the next round reuses while its inputs and the clock
@@ -37,9 +40,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 
 from fleet.models import Gpu
 
@@ -50,6 +54,7 @@ from .engine.feasibility import NeverFit
 from .engine.round import never_fit_for
 from .engine.snapshot import Capacity
 from .engine.types import (
+    WHOLE,
     Admit,
     NodeView,
     PodSetSpec,
@@ -92,6 +97,8 @@ class StateCache:
     flavor_of_node: dict[int, str] = field(default_factory=dict)
     gpu_index: dict[int, int] = field(default_factory=dict)
     running: dict[int, RunningWorkload] = field(default_factory=dict)
+    # workload pk -> (pod set, replica, node) -> the replica's CPU and memory: what release() gives back
+    host: dict[int, dict[tuple[str, int, str], tuple[int, int]]] = field(default_factory=dict)
     usage: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))  # (queue, flavor)
     capacity: Capacity | None = None
     # Bumped by every reload and every delta that named a node or workload: equal generations,
@@ -123,9 +130,10 @@ class StateCache:
         active = _raw_rows(
             Workload.objects.filter(state__in=ACTIVE_STATES).order_by().values_list(*ACTIVE_COLUMNS)
         )
-        self.running, self.usage = {}, defaultdict(int)
+        self.running, self.usage, self.host = {}, defaultdict(int), {}
         for rw in _load_running(held, self.flavor_of_node, self.node_name, self.gpu_index, active):
             self._add(rw)
+        self._host_use(held)
         self.capacity = Capacity(nodes)
         self.generation += 1
         geometry = {pk: _geometry(v) for pk, v in self.views.items()}
@@ -150,7 +158,14 @@ class StateCache:
         for flavor, gpus in rw.flavor_gpus.items():
             self.usage[(rw.queue, flavor)] += gpus
 
+    def _host_use(self, held: list[tuple]) -> None:
+        """Each running replica's CPU and memory, from its allocation rows (HELD_COLUMNS)."""
+        for wid, _ps, ps_name, replica, _gpu, node_id, _milli, _excl, _mig, cpu, mem in held:
+            if wid in self.running:
+                self.host.setdefault(wid, {})[(ps_name, replica, self.node_name.get(node_id, ""))] = (cpu, mem)
+
     def _drop(self, wid: int) -> None:
+        self.host.pop(wid, None)
         rw = self.running.pop(wid, None)
         if rw is not None:
             for flavor, gpus in rw.flavor_gpus.items():
@@ -185,9 +200,11 @@ class StateCache:
             self.holes.pop(i, None)
             if kind == "r":
                 return self.reload("a renamed queue, flavor, rack or priority class")
-            if kind == "w":
+            if self.own.get(i) == obj:
+                pass  # this process's own commit, which assume() or release() applied
+            elif kind == "w":
                 workloads.add(obj)
-            elif self.own.get(i) != obj:  # not this process's last commit, which assume() applied
+            else:
                 nodes.add(obj)
             if i > top:
                 for missing in range(top + 1, i):
@@ -260,6 +277,7 @@ class StateCache:
                 self._drop(wid)
             for rw in _load_running(held, self.flavor_of_node, self.node_name, self.gpu_index, active):
                 self._add(rw)
+            self._host_use(held)
 
     def assume(self, admitted: list[tuple[Admit, WorkloadSpec]], journal: list[tuple[int, int]]) -> None:
         """A committed round's admitted gangs onto the nodes they landed on; `journal`, the (id, node
@@ -281,7 +299,39 @@ class StateCache:
                 return  # cannot happen for an allocation; if it did, the sync re-reads every node named
             self.views[pk] = view
         self.generation += 1
-        self.own = dict(journal)
+        self.own.update(journal)
+
+    def release(self, finished: list[int], journal: list[tuple[int, str, int]]) -> None:
+        """Ended workloads' GPUs, CPU and memory back on their nodes, as a re-read would find them,
+        and the workloads gone; `journal`, the (id, kind, object) rows their transaction wrote,
+        are then skipped by the next sync. Nothing is applied unless every workload is cached
+        and the nodes it held are exactly the nodes the journal names (so the transaction wrote
+        to no other node); a MIG instance returns to its GPU's configured order, which only a
+        re-read knows, so a workload holding one leaves it to the sync too."""
+        assert self.capacity is not None
+        on_node: dict[int, list[tuple[ReplicaPlacement, int, int]]] = defaultdict(list)
+        for wid in finished:
+            rw, host = self.running.get(wid), self.host.get(wid)
+            if rw is None or host is None:
+                return
+            for p in rw.placements:
+                pk = self.index.node_ids.get(p.node)
+                if pk is None or pk not in self.views or any(a.mig_instance for a in p.gpus):
+                    return
+                on_node[pk].append((p, *host.get((p.pod_set, p.replica, p.node), (0, 0))))
+        if {obj for _i, kind, obj in journal if kind == "n"} != on_node.keys():
+            return
+        for pk, released in on_node.items():
+            view = _without_placements(self.views[pk], released)
+            if not self.capacity.replace(view):
+                self.capacity = None  # cannot happen outside a round; if it did, reload
+                return
+            self.views[pk] = view
+        for wid in finished:
+            self._drop(wid)
+        self.generation += 1
+        ended = set(finished)
+        self.own.update((i, obj) for i, kind, obj in journal if kind == "n" or (kind == "w" and obj in ended))
 
     # -- a round's snapshot --------------------------------------------------------------------
     def snapshot(self, now: datetime) -> tuple[Snapshot, SnapshotIndex]:
@@ -328,6 +378,46 @@ def _with_placements(view: NodeView, placed: list[tuple[ReplicaPlacement, PodSet
         cpu -= pod_set.cpu_millicores
         memory -= pod_set.memory_mib
     return replace(view, gpus=gpus, cpu_free_millicores=cpu, memory_free_mib=memory)
+
+
+def _without_placements(view: NodeView, released: list[tuple[ReplicaPlacement, int, int]]) -> NodeView:
+    """_with_placements undone: each replica's GPUs (whole or a share's milli) and its CPU and memory
+    free again (`released`: placement, CPU, memory per replica)."""
+    gpus = list(view.gpus)
+    position = {g.index: i for i, g in enumerate(gpus)}
+    cpu, memory = view.cpu_free_millicores, view.memory_free_mib
+    for placement, replica_cpu, replica_memory in released:
+        for a in placement.gpus:
+            i = position[a.index]
+            gpus[i] = replace(gpus[i], free_milli=min(WHOLE, gpus[i].free_milli + a.milli))
+        cpu += replica_cpu
+        memory += replica_memory
+    return replace(view, gpus=gpus, cpu_free_millicores=cpu, memory_free_mib=memory)
+
+
+def finished_on_commit(ids: list[int]) -> None:
+    """Inside the transaction that ends these workloads and releases their GPUs
+    (services.workloads.workloads_finish, the executor tick's): once it commits, the cache gives
+    their GPUs back itself (StateCache.release), as round_committed applies a round's admissions,
+    instead of the next round re-reading every node they ran on. Only for a transaction of its
+    own (a caller's may write more, and may roll back), on PostgreSQL with the state cache."""
+    if (not ids or connection.vendor != "postgresql" or not settings.FLEETDECK.get("STATE_CACHE", True)
+            or sum(not getattr(b, "_from_testcase", False) for b in connection.atomic_blocks) != 1):
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT txid_current()")
+        xact = cursor.fetchone()[0]
+    transaction.on_commit(partial(_finished_committed, sorted(ids), xact))
+
+
+def _finished_committed(ids: list[int], xact: int) -> None:
+    with _lock:
+        cache = state_cache()
+        if cache.capacity is None:
+            return
+        # A sync since the commit re-read them already: the workloads are gone and release() does nothing.
+        journal = StateChange.objects.filter(id__gt=cache.seen, xact=xact).values_list("id", "kind", "object_id")
+        cache.release(ids, _raw_rows(journal))
 
 
 def round_committed(*, index: SnapshotIndex, admitted: list[tuple[Admit, WorkloadSpec]], xact: int | None) -> None:

@@ -24,6 +24,7 @@ from core.roles import may_act_for_team
 from scheduling.choices import ACTIVE_STATES, FINAL_STATES, WorkloadState
 from scheduling.executors import executor_for_kind
 from scheduling.models import Allocation, Preemption, Workload
+from scheduling.state_cache import finished_on_commit
 
 from .allocation import allocations_release
 from .bulk import locked_by_ids, rows_update
@@ -256,6 +257,7 @@ def workloads_finish(*, finishes: list[Finish], actor: Actor, now: datetime | No
         if not ids:
             return []
         allocations_release(workload_ids=ids, now=now)
+        finished_on_commit(ids)  # the state cache gives their GPUs back itself once this commits
         for start in range(0, len(ids), 5000):
             Preemption.objects.filter(victim_id__in=ids[start : start + 5000], completed_at__isnull=True).update(
                 completed_at=now, lost_gpu_seconds=0.0

@@ -146,6 +146,44 @@ def test_mig_instances_shares_and_host_resources_a_round_takes_match_a_full_relo
     assert assert_cache_equals_reload(clock)["kind"] == "delta"
 
 
+def test_gpus_shares_and_host_resources_jobs_give_back_when_they_end_match_a_full_reload(
+    fleet, clock, django_capture_on_commit_callbacks
+):
+    # The executor tick's finish gives the ended jobs' GPUs, shares, CPU and memory back in the
+    # cache itself (PostgreSQL); a MIG instance, whose free list keeps the GPU's configured order,
+    # is left to the next sync's re-read. Either way the next round sees what a full load sees.
+    from django.db import connection
+
+    from scheduling.services.workloads import Finish, workloads_finish
+
+    Node.objects.update(cpu_cores=64, memory_mib=512_000)
+    Gpu.objects.filter(node__name="n1", index=0).update(
+        mig_enabled=True, mig_instances=[{"profile": "1g.10gb", "gi_id": i} for i in (1, 2, 3)])
+    Gpu.objects.filter(node__name="n2").update(sharing_mode="time_slicing", sharing_replicas=4)
+    host = {"cpu_millicores": 4000, "memory_mib": 32_000}
+    jobs = {
+        name: workload_submit(spec={**training(name, 1, priority="research-batch"), "pod_sets": [
+            {"name": name, "replicas": replicas, "flavor": fleet.name, **shape, **host}]}, actor=OPS)
+        for name, replicas, shape in (("mig", 2, {"mig_profile": "1g.10gb", "gpus_per_replica": 0}),
+                                      ("shares", 3, {"milli_gpu": 250, "gpus_per_replica": 0}),
+                                      ("whole", 2, {"gpus_per_replica": 2}),
+                                      ("gang", 2, {"gpus_per_replica": 8}))
+    }
+    run_round(clock)
+    assert Workload.objects.filter(state=WorkloadState.RUNNING).count() == 4
+    assert_cache_equals_reload(clock)
+
+    clock.advance(60)
+    for ended in (["shares", "whole", "gang"], ["mig"]):
+        with django_capture_on_commit_callbacks(execute=True):
+            workloads_finish(finishes=[Finish(workload=jobs[name], succeeded=True, reason="done") for name in ended],
+                             actor=OPS, now=clock.now)
+        delta = assert_cache_equals_reload(clock)
+        if connection.vendor == "postgresql" and ended != ["mig"]:
+            assert delta["nodes"] == 0  # applied by the cache, not re-read: the equality above checks its arithmetic
+    assert not Allocation.objects.filter(released_at__isnull=True).exists()
+
+
 def test_rounds_on_the_cache_decide_as_rounds_on_a_full_load(fleet, clock, settings):
     for i, gpus in enumerate((8, 8, 4, 4, 2, 1, 1, 16, 24)):
         _submit(f"w{i}", gpus)
