@@ -318,7 +318,10 @@ class StateCache:
                 pk = self.index.node_ids.get(p.node)
                 if pk is None or pk not in self.views or any(a.mig_instance for a in p.gpus):
                     return
-                on_node[pk].append((p, *host.get((p.pod_set, p.replica, p.node), (0, 0))))
+                use = host.get((p.pod_set, p.replica, p.node))
+                if use is None:
+                    return
+                on_node[pk].append((p, *use))
         if {obj for _i, kind, obj in journal if kind == "n"} != on_node.keys():
             return
         for pk, released in on_node.items():
@@ -402,7 +405,7 @@ def finished_on_commit(ids: list[int]) -> None:
     instead of the next round re-reading every node they ran on. Only for a transaction of its
     own (a caller's may write more, and may roll back), on PostgreSQL with the state cache."""
     if (not ids or connection.vendor != "postgresql" or not settings.FLEETDECK.get("STATE_CACHE", True)
-            or sum(not getattr(b, "_from_testcase", False) for b in connection.atomic_blocks) != 1):
+            or _caller_blocks() != 1):
         return
     with connection.cursor() as cursor:
         cursor.execute("SELECT txid_current()")
@@ -506,7 +509,12 @@ def _chunks(ids: list[int]) -> Iterator[list[int]]:
 def _in_outer_transaction() -> bool:
     """True inside an atomic block a caller opened (not a test case's): what the round would
     read there may yet be rolled back, so it must not become the process's cache."""
-    return any(not getattr(block, "_from_testcase", False) for block in getattr(connection, "atomic_blocks", []))
+    return _caller_blocks() > 0
+
+
+def _caller_blocks() -> int:
+    """Atomic blocks open on the connection, a test case's not counted."""
+    return sum(not getattr(block, "_from_testcase", False) for block in getattr(connection, "atomic_blocks", []))
 
 
 def state_cache() -> StateCache:
