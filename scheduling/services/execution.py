@@ -187,7 +187,8 @@ def executor_tick(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None)
     active = list(Workload.objects.filter(state__in=ACTIVE_STATES).defer(*TICK_UNREAD))
     summary = TickSummary(started=_start(
         [w for w in active if w.state == WorkloadState.ADMITTED and not w.executor], actor, now))
-    stops = _open_stops()
+    # Only a preempting workload has a stop open (the query's own condition): most ticks have none.
+    stops = _open_stops() if any(w.state == WorkloadState.PREEMPTING for w in active) else {}
     by_kind: dict[str, list[Workload]] = defaultdict(list)
     for w in active:
         if w.executor:
