@@ -407,10 +407,14 @@ def finished_on_commit(ids: list[int]) -> None:
     if (not ids or connection.vendor != "postgresql" or not settings.FLEETDECK.get("STATE_CACHE", True)
             or _caller_blocks() != 1):
         return
+    transaction.on_commit(partial(_finished_committed, sorted(ids), current_xact()))
+
+
+def current_xact() -> int:
+    """The open transaction's id as the journal records it (StateChange.xact, PostgreSQL)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT txid_current()")
-        xact = cursor.fetchone()[0]
-    transaction.on_commit(partial(_finished_committed, sorted(ids), xact))
+        return cursor.fetchone()[0]
 
 
 def _finished_committed(ids: list[int], xact: int) -> None:

@@ -42,7 +42,7 @@ from scheduling.choices import WorkloadState
 from scheduling.engine.types import Admit, ReplicaPlacement, RoundResult, WorkloadSpec
 from scheduling.models import PlacementRound, SchedulerLock, Workload
 from scheduling.snapshot import SnapshotIndex, _aware, _raw_rows, considered_window, placements_to_json
-from scheduling.state_cache import round_committed, round_decide, round_state
+from scheduling.state_cache import current_xact, round_committed, round_decide, round_state
 
 from .allocation import AllocationRow, GangClaim, allocations_claim
 from .bulk import by_ids, locked_by_ids, rows_update
@@ -264,9 +264,7 @@ def _xact(index: SnapshotIndex) -> int | None:
     state_cache.round_committed finds the rows the commit wrote; None without the state cache."""
     if index.cache_mark is None or connection.vendor != "postgresql":
         return None
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT txid_current()")
-        return cursor.fetchone()[0]
+    return current_xact()
 
 
 class Claimable(NamedTuple):

@@ -125,24 +125,37 @@ def test_a_change_to_the_nodes_a_round_just_filled_is_seen_by_the_next_round(fle
     assert len(taken) == 4 and free.first().pk not in taken
 
 
-def test_mig_instances_shares_and_host_resources_a_round_takes_match_a_full_reload(fleet, clock):
-    # A round applies what it admitted to the cache itself: MIG instances off the free lists,
-    # milli shares off a GPU, a pod set's CPU and memory once per replica, as a re-read reads them.
+# One pod set per workload: (name, replicas, shape); each replica also asks for CPU and memory.
+MIXED = (("mig", 2, {"mig_profile": "1g.10gb", "gpus_per_replica": 0}),
+         ("shares", 3, {"milli_gpu": 250, "gpus_per_replica": 0}),
+         ("whole", 2, {"gpus_per_replica": 2}))
+
+
+def _mig_and_shared_gpus() -> None:
+    """Nodes that report CPU and memory, a MIG GPU on n1 and time-sliced GPUs on n2."""
     Node.objects.update(cpu_cores=64, memory_mib=512_000)
     Gpu.objects.filter(node__name="n1", index=0).update(
         mig_enabled=True, mig_instances=[{"profile": "1g.10gb", "gi_id": i} for i in (1, 2, 3)])
     Gpu.objects.filter(node__name="n2").update(sharing_mode="time_slicing", sharing_replicas=4)
-    assert_cache_equals_reload(clock)
+
+
+def _submit_shapes(fleet, shapes) -> dict[str, Workload]:
     host = {"cpu_millicores": 4000, "memory_mib": 32_000}
-    jobs = [
-        workload_submit(spec={**training(name, 1, priority="research-batch"), "pod_sets": [
+    return {
+        name: workload_submit(spec={**training(name, 1, priority="research-batch"), "pod_sets": [
             {"name": name, "replicas": replicas, "flavor": fleet.name, **shape, **host}]}, actor=OPS)
-        for name, replicas, shape in (("mig", 2, {"mig_profile": "1g.10gb", "gpus_per_replica": 0}),
-                                      ("shares", 3, {"milli_gpu": 250, "gpus_per_replica": 0}),
-                                      ("whole", 2, {"gpus_per_replica": 2}))
-    ]
+        for name, replicas, shape in shapes
+    }
+
+
+def test_mig_instances_shares_and_host_resources_a_round_takes_match_a_full_reload(fleet, clock):
+    # A round applies what it admitted to the cache itself: MIG instances off the free lists,
+    # milli shares off a GPU, a pod set's CPU and memory once per replica, as a re-read reads them.
+    _mig_and_shared_gpus()
+    assert_cache_equals_reload(clock)
+    jobs = _submit_shapes(fleet, MIXED)
     run_round(clock)
-    assert Workload.objects.filter(pk__in=[j.pk for j in jobs], state=WorkloadState.RUNNING).count() == 3
+    assert Workload.objects.filter(pk__in=[j.pk for j in jobs.values()], state=WorkloadState.RUNNING).count() == 3
     assert assert_cache_equals_reload(clock)["kind"] == "delta"
 
 
@@ -156,19 +169,8 @@ def test_gpus_shares_and_host_resources_jobs_give_back_when_they_end_match_a_ful
 
     from scheduling.services.workloads import Finish, workloads_finish
 
-    Node.objects.update(cpu_cores=64, memory_mib=512_000)
-    Gpu.objects.filter(node__name="n1", index=0).update(
-        mig_enabled=True, mig_instances=[{"profile": "1g.10gb", "gi_id": i} for i in (1, 2, 3)])
-    Gpu.objects.filter(node__name="n2").update(sharing_mode="time_slicing", sharing_replicas=4)
-    host = {"cpu_millicores": 4000, "memory_mib": 32_000}
-    jobs = {
-        name: workload_submit(spec={**training(name, 1, priority="research-batch"), "pod_sets": [
-            {"name": name, "replicas": replicas, "flavor": fleet.name, **shape, **host}]}, actor=OPS)
-        for name, replicas, shape in (("mig", 2, {"mig_profile": "1g.10gb", "gpus_per_replica": 0}),
-                                      ("shares", 3, {"milli_gpu": 250, "gpus_per_replica": 0}),
-                                      ("whole", 2, {"gpus_per_replica": 2}),
-                                      ("gang", 2, {"gpus_per_replica": 8}))
-    }
+    _mig_and_shared_gpus()
+    jobs = _submit_shapes(fleet, (*MIXED, ("gang", 2, {"gpus_per_replica": 8})))
     run_round(clock)
     assert Workload.objects.filter(state=WorkloadState.RUNNING).count() == 4
     assert_cache_equals_reload(clock)
