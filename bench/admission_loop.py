@@ -379,6 +379,9 @@ class Outcome:
     # Per window of fixture time (its start, s): % of the GPUs held by each class in it.
     held_by_window: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     window_s: float = 10.0
+    # Per class, mean fixture ms each GPU of a succeeded job was held without running it: from its
+    # claim (the admission) to the job's start, and from the run's end to its release (the last run).
+    held_idle_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
     cpu_s: float = 0.0  # the benchmark's process(es) only (PostgreSQL's own work is not in it)
     notes: list[str] = field(default_factory=list)
 
@@ -832,12 +835,22 @@ def _measure(fx, total, ticks, wall, submit_s, tick_s, round_s, slow, max_tick, 
     start = fx.at(0)
     gpu_seconds, end = 0.0, start
     held = []  # (class, from, to) in fixture seconds
-    for created, released, name in Allocation.objects.values_list("created_at", "released_at", "workload__name"):
+    # Per GPU of a succeeded job's last run (the rows its finish released), fixture ms from the
+    # claim to the run's start and from the run's end to the release.
+    idle: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for created, released, name, state, started, finished, run, resumed in Allocation.objects.values_list(
+        "created_at", "released_at", "workload__name", "workload__state", "workload__started_at",
+        "workload__finished_at", "workload__run_seconds", "workload__resume_step",
+    ):
         released = released or created
         gpu_seconds += (released - created).total_seconds()
         end = max(end, released)
         held.append((class_of(name), (created - start).total_seconds() * scale,
                      (released - start).total_seconds() * scale))
+        if state == "succeeded" and released == finished and started is not None and run is not None:
+            ran_until = started + timedelta(seconds=run - resumed)
+            idle[class_of(name)].append(((started - created).total_seconds() * scale * 1000,
+                                         (released - ran_until).total_seconds() * scale * 1000))
     span = (end - start).total_seconds()
     window = 10.0 if span * scale > 30 else 1.0
     phases = PlacementRound.objects.aggregate(
@@ -864,6 +877,7 @@ def _measure(fx, total, ticks, wall, submit_s, tick_s, round_s, slow, max_tick, 
         phases_ms={k: v or 0.0 for k, v in phases.items()},
         held_by_window=_held_by_window(fx, held, span * scale, window),
         window_s=window,
+        held_idle_ms={cls: (_mean([a for a, _ in pairs]), _mean([e for _, e in pairs])) for cls, pairs in idle.items()},
     )
 
 
@@ -993,6 +1007,13 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float, mode: str, sp
         lines += [f"      {f'{start:g}-{start + out.window_s:g} s':>10} {sum(use.values()):>4.0f} %  ("
                   + " / ".join(f"{use[c.name]:.0f}" for c in fx.classes) + ")"
                   for start, use in out.held_by_window]
+    if out.held_idle_ms:
+        names = [c.name for c in fx.classes if c.name in out.held_idle_ms]
+        lines.append(
+            f"    GPUs held but not running, mean per GPU of a job ({' / '.join(names)}): from the admission to the "
+            "job's start " + " / ".join(f"{out.held_idle_ms[n][0]:.0f}" for n in names) + " ms, from the run's end "
+            "to the release " + " / ".join(f"{out.held_idle_ms[n][1]:.0f}" for n in names) + " ms of fixture time "
+            "(the quota usage beyond the running work, requeued runs aside)")
     if mode == "stepped":
         lines += [
             f"    real-time check: {out.slow_ticks} of {out.ticks} ticks took longer than the {fx.tick_ms} ms they "
