@@ -382,6 +382,8 @@ class Outcome:
     # Per class, mean fixture ms each GPU of a succeeded job was held without running it: from its
     # claim (the admission) to the job's start, and from the run's end to its release (the last run).
     held_idle_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # Production path: per window, % of its wall time the Celery worker spent running tasks.
+    worker_busy_by_window: list[float] = field(default_factory=list)
     cpu_s: float = 0.0  # the benchmark's process(es) only (PostgreSQL's own work is not in it)
     notes: list[str] = field(default_factory=list)
 
@@ -710,6 +712,7 @@ def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int =
     queued: list[tuple[float, float]] = []
     admitted = ticks = finished = requested = 0
     tick_s = round_s = 0.0
+    spans: list[tuple[float, float]] = []  # each task's (start, end), wall seconds from the start
     checked = 0.0
     cpu_started = time.process_time()
     run_task = _WorkerProcess(placement_round_task.app)
@@ -730,6 +733,7 @@ def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int =
                         pass
                     continue
                 t0 = time.perf_counter()
+                began = time.time()
                 # The broker hands out whichever task came due first.
                 if queued and queued[0][0] <= min(beat.values()):
                     _due, expires = heapq.heappop(queued)
@@ -753,6 +757,7 @@ def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int =
                     run_task(executor_tick_task)
                     tick_s += time.perf_counter() - t0
                     ticks += 1
+                spans.append((began - started, time.time() - started))
                 if time.time() - checked >= 0.25:
                     checked = time.time()
                     finished = Workload.objects.filter(state=WorkloadState.SUCCEEDED).count()
@@ -768,6 +773,7 @@ def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int =
                 proc.kill()
     out = _measure(fx, total, ticks, wall, sum(s["submit_s"] for s in submitted), tick_s, round_s, 0, 0.0, admitted)
     out.cpu_s = time.process_time() - cpu_started + sum(s["cpu_s"] for s in submitted)
+    out.worker_busy_by_window = _busy_by_window(spans, out.window_s / speedup, len(out.held_by_window))
     out.notes.append(
         f"worker: {requested} round tasks queued by round_request, {ticks - requested} beat tasks (round or "
         f"executor tick); API: each request went out on average {sum(s['late_s'] for s in submitted) / total:.2f} s "
@@ -895,6 +901,17 @@ def _held_by_window(fx: Fixture, held: list[tuple[str, float, float]], span: flo
             for w in range(int(span // window) + 1)]
 
 
+def _busy_by_window(spans: list[tuple[float, float]], window: float, windows: int) -> list[float]:
+    """% of each `window` wall seconds covered by the (start, end) spans."""
+    busy = [0.0] * windows
+    for start, stop in spans:
+        w = int(start // window)
+        while w < windows and w * window < stop:
+            busy[w] += min(stop, (w + 1) * window) - max(start, w * window)
+            w += 1
+    return [100 * b / window for b in busy]
+
+
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
@@ -1002,11 +1019,13 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float, mode: str, sp
     lines += [f"    {note}" for note in out.notes]
     if out.held_by_window:
         names = " / ".join(c.name for c in fx.classes)
+        busy = out.worker_busy_by_window
         lines.append(f"    GPUs held per {out.window_s:g} s of fixture time, % of the {fx.capacity} ({names}): what "
-                     "the wall time is spent on")
+                     "the wall time is spent on" + ("; and the share of it the worker ran tasks" if busy else ""))
         lines += [f"      {f'{start:g}-{start + out.window_s:g} s':>10} {sum(use.values()):>4.0f} %  ("
                   + " / ".join(f"{use[c.name]:.0f}" for c in fx.classes) + ")"
-                  for start, use in out.held_by_window]
+                  + (f"   worker busy {busy[i]:.0f} %" if i < len(busy) else "")
+                  for i, (start, use) in enumerate(out.held_by_window)]
     if out.held_idle_ms:
         names = [c.name for c in fx.classes if c.name in out.held_idle_ms]
         lines.append(

@@ -14,11 +14,13 @@ from bench.admission_loop import (
     Fixture,
     SimClock,
     WorkloadClass,
+    _busy_by_window,
     _patched,
     _Run,
     fixture_load,
     simulate,
     simulate_concurrent,
+    simulate_production,
     submit_service,
 )
 from core.actors import Actor
@@ -269,6 +271,28 @@ def test_the_concurrent_run_submits_from_another_process(transactional_db, requi
     fixture_load(SMALL)
 
     _check_real_time_run(simulate_concurrent(SMALL, speedup=20.0))
+
+
+@pytest.mark.postgres
+def test_the_production_path_runs_the_fixture_through_the_api_and_one_worker(
+    transactional_db, require_postgres, require_redis
+):
+    fixture_load(SMALL)
+
+    out = simulate_production(SMALL, speedup=20.0, api_workers=2)
+
+    _check_real_time_run(out)
+    # How busy the worker was, per window of the held-GPU table: a share of each window's wall
+    # time, and some of it while the fixture ran.
+    assert len(out.worker_busy_by_window) == len(out.held_by_window)
+    assert all(0 <= busy <= 100 + 1e-6 for busy in out.worker_busy_by_window)
+    assert sum(out.worker_busy_by_window) > 0
+
+
+def test_the_worker_busy_share_splits_each_task_over_the_windows_it_ran_in():
+    # A task from 0 to 0.5 s fills the first window; one from 0.75 to 1.25 s half of the next two;
+    # one past the last window counts nowhere.
+    assert _busy_by_window([(0.0, 0.5), (0.75, 1.25), (2.0, 2.2)], 0.5, 3) == [100.0, 50.0, 50.0]
 
 
 def test_the_goal_is_kueues_rate_times_ten_at_its_quota_usage_and_a_sweep_shows_each_speed_up():
