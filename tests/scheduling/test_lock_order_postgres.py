@@ -2,6 +2,7 @@
 default `celery worker` runs one per CPU) never deadlock: found by the admission benchmark with
 two worker processes, where a round claiming workloads from a stale snapshot (ascending ids) met
 the other worker starting the same, just admitted, gangs (newest first) and PostgreSQL aborted one.
+The waiting workloads' reasons, written after a round's commit, wait for no lock at all (the last test).
 
 Each test holds the lowest id's row the way a round's claim does half-way (it has locked the
 first row and waits for the next), lets the service under test run into that lock, then takes the
@@ -17,8 +18,10 @@ from django.db import connection, connections, transaction
 
 from core.actors import Actor
 from scheduling.choices import WorkloadState
+from scheduling.engine.types import Pending, PendingReason, RoundResult
 from scheduling.models import Workload
 from scheduling.services import placement_round_run, workload_submit, workloads_start
+from scheduling.services.rounds import pending_info_save
 from scheduling.services.workloads import Finish, workloads_finish
 from tests.cluster import training
 
@@ -104,3 +107,43 @@ def test_finishing_gangs_while_a_round_claims_the_same_rows_does_not_deadlock(ad
 
     assert errors == []
     assert set(Workload.objects.filter(pk__in=admitted).values_list("state", flat=True)) == {WorkloadState.SUCCEEDED}
+
+
+def test_writing_reasons_skips_the_rows_a_committing_round_holds_instead_of_waiting(
+    transactional_db, require_postgres, research_queue, clock
+):
+    # Three waiting workloads; another transaction (a round committing on a second worker) holds
+    # the oldest one's row, and would take the newest next.
+    ids = sorted(workload_submit(spec=training(f"big{i}", 64), actor=OPS).pk for i in range(3))
+    result = RoundResult(pending=[Pending(pk, PendingReason.INSUFFICIENT_CAPACITY, "no room", i + 1)
+                                  for i, pk in enumerate(ids)])
+    holding, release = threading.Event(), threading.Event()
+
+    def commit() -> None:
+        try:
+            with transaction.atomic():
+                _lock(ids[0])
+                holding.set()
+                release.wait(10)
+                _lock(ids[-1])
+        finally:
+            holding.set()
+            connections.close_all()
+
+    holder = threading.Thread(target=commit)
+    holder.start()
+    assert holding.wait(10)
+    written: list[int] = []
+    writer = threading.Thread(target=lambda: (written.append(pending_info_save(result)), connections.close_all()))
+    writer.start()
+    writer.join(10)
+    finished_before_release = not writer.is_alive()
+    release.set()
+    holder.join(10)
+    writer.join(10)
+
+    # The reasons were written without waiting for the held row, which keeps its old reason, so the
+    # holder then takes the newest row and commits.
+    assert finished_before_release and written == [2]
+    reasons = dict(Workload.objects.filter(pk__in=ids).values_list("pk", "pending_message"))
+    assert reasons[ids[0]] != "no room" and reasons[ids[1]] == reasons[ids[2]] == "no room"
