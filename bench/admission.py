@@ -3,7 +3,8 @@ production path (PostgreSQL, Redis, workload_submit per workload, the round task
 round_request queues it, the beat's round and executor tick), side by side with Kueue's numbers.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/fleetdeck [REDIS_URL=redis://127.0.0.1:6379/0] \
-        .venv/bin/python bench/admission.py [--speedup 1] [--api-workers 4] [--scale 0.1 | --workloads N]
+        .venv/bin/python bench/admission.py [--speedup 1] [--api-workers 4] [--worker-processes 1]
+        [--scale 0.1 | --workloads N]
         [--mode concurrent|realtime|stepped --submit bulk|service --speedup 4,5,6: extra rows]
 
 30 queues in 5 cohorts (nominal 20 GPUs, borrowing limit 100) on 600 GPUs (75 nodes x 8);

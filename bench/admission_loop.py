@@ -24,7 +24,8 @@ Modes (--mode):
 - production (default; the headline at the default --speedup 1, the fixture's real time): the
   product as deployed (simulate_production). API worker processes (--api-workers, 4) submit each
   workload with workload_submit at its arrival time; this process is the Celery worker
-  (concurrency 1; each task through Celery's tracer with the hooks a worker runs around it, the
+  (--worker-processes, 1: more are forked as a prefork pool's, taking tasks off the same queue;
+  each task through Celery's tracer with the hooks a worker runs around it, the
   Django fixup's and config.celery's, so the database connection is handled as in production;
   each submission between Django's request signals, likewise): the services' own round_request
   (its debounce, its mark in Redis) queues the
@@ -66,6 +67,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -78,6 +80,7 @@ EPOCH = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
 SCRATCH_SUFFIX = "_admission_bench"
 DEFAULT_SPEEDUP = 1.0  # the fixture's real time (Kueue's); faster clocks are extra rows, a different fixture
 DEFAULT_API_WORKERS = 4
+DEFAULT_WORKER_PROCESSES = 1
 
 
 @dataclass(frozen=True)
@@ -675,24 +678,104 @@ def _api_process(fx: Fixture, share: int, shares: int, started: float, speedup: 
         connections.close_all()
 
 
-def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int = 4) -> Outcome:
+class _WorkerLoop:
+    """One Celery worker process of the production path: runs the tasks the product queues when they
+    are due (the broker hands out whichever came due first), and with `beat` the beat's two entries,
+    the round task and executor_tick_task, every PLACEMENT_ROUND_SECONDS of wall time. Each process
+    takes tasks off the shared queue as it is free, holding those not due yet (a Celery worker
+    prefetches tasks with an eta the same way)."""
+
+    def __init__(self, clock: SimClock, broker: CeleryStandIn, *, beat: bool) -> None:
+        from django.conf import settings
+
+        self.clock, self.broker = clock, broker
+        self.period = float(settings.FLEETDECK["PLACEMENT_ROUND_SECONDS"])
+        # Celery beat runs each entry at start, then every period.
+        self.beat = {"round": clock.started, "tick": clock.started} if beat else {}
+        self.queued: list[tuple[float, float]] = []
+        self.admitted = self.tasks = self.requested = 0
+        self.tick_s = self.round_s = 0.0
+        self.spans: list[tuple[float, float]] = []  # each task's (start, end), wall seconds from the start
+        self.cpu_started = time.process_time()
+
+    def stats(self) -> dict:
+        return {"admitted": self.admitted, "tasks": self.tasks, "requested": self.requested, "tick_s": self.tick_s,
+                "round_s": self.round_s, "spans": self.spans, "cpu_s": time.process_time() - self.cpu_started}
+
+    def run(self, stop: Callable[[], bool]) -> None:
+        import heapq
+
+        from scheduling.tasks import executor_tick_task, placement_round_task
+
+        run_task = _WorkerProcess(placement_round_task.app)
+        queued, beat = self.queued, self.beat
+        while not stop():
+            while True:
+                try:
+                    heapq.heappush(queued, self.broker.queue.get_nowait())
+                except queue_mod.Empty:
+                    break
+            now = time.time()
+            next_beat = min(beat.values(), default=float("inf"))
+            due = min(queued[0][0] if queued else float("inf"), next_beat)
+            if due > now:
+                try:  # wakes at least every 0.25 s to look at `stop`
+                    heapq.heappush(queued, self.broker.queue.get(timeout=min(due - now, 0.25)))
+                except queue_mod.Empty:
+                    pass
+                continue
+            t0, began = time.perf_counter(), time.time()
+            if queued and queued[0][0] <= next_beat:
+                _due, expires = heapq.heappop(queued)
+                if now > expires:
+                    continue  # Celery drops an expired task unrun
+                self.requested += 1
+                self.admitted += run_task(placement_round_task)["admitted"]
+                self.round_s += time.perf_counter() - t0
+            elif beat["round"] <= beat["tick"]:
+                # A beat task expires after one period (the schedule's options): a late worker
+                # runs the newest one only.
+                while beat["round"] <= now:
+                    beat["round"] += self.period
+                self.admitted += run_task(placement_round_task)["admitted"]
+                self.round_s += time.perf_counter() - t0
+            else:
+                while beat["tick"] <= now:
+                    beat["tick"] += self.period
+                run_task(executor_tick_task)
+                self.tick_s += time.perf_counter() - t0
+            self.tasks += 1
+            self.spans.append((began - self.clock.started, time.time() - self.clock.started))
+
+
+def _worker_process(clock: SimClock, broker: CeleryStandIn, done, results) -> None:
+    """A further worker process (the prefork pool's): runs tasks until `done`."""
+    from django.db import connections
+
+    loop = _WorkerLoop(clock, broker, beat=False)
+    try:
+        with _production_patched(clock, broker):
+            loop.run(done.is_set)
+    finally:
+        results.put(loop.stats())
+        connections.close_all()
+
+
+def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int = 4,
+                        worker_processes: int = 1) -> Outcome:
     """The fixture through the product as it is deployed: `api_workers` processes submit each
     workload with workload_submit at its arrival time (the web API's workers, one request per
-    workload, as Kueue's generator creates one object each); this process is the Celery worker
-    (concurrency 1) running the tasks the product queues, when they are due: the round task
-    (an executor tick, a round, the admitted gangs started) that round_request queues with its
-    production debounce or round_request_at for the moment a running job ends,
-    and the beat's two entries, the round task and executor_tick_task, every
-    PLACEMENT_ROUND_SECONDS of wall time. Needs REDIS_URL (round_request's mark is shared by the
-    processes there, as in production)."""
-    import heapq
-
+    workload, as Kueue's generator creates one object each); `worker_processes` Celery worker
+    processes (this one, and more forked as a prefork pool's) run the tasks the product queues,
+    when they are due (_WorkerLoop): the round task (an executor tick, a round, the admitted gangs
+    started) that round_request queues with its production debounce or round_request_at for the
+    moment a running job ends, and the beat's two entries. Needs REDIS_URL (round_request's mark
+    is shared by the processes there, as in production)."""
     from django.conf import settings
     from django.db import connections
 
     from scheduling.choices import WorkloadState
     from scheduling.models import Workload
-    from scheduling.tasks import executor_tick_task, placement_round_task
 
     if not settings.REDIS_URL:
         raise SystemExit("error: the production path needs REDIS_URL (round requests are shared through Redis)")
@@ -701,81 +784,48 @@ def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int =
     ctx = multiprocessing.get_context("fork")
     started = time.time()
     clock = SimClock(fx.at(0), fx=fx, speedup=speedup, started=started)
-    broker, results = CeleryStandIn(ctx, clock), ctx.Queue()
+    broker, results, worker_results, done = CeleryStandIn(ctx, clock), ctx.Queue(), ctx.Queue(), ctx.Event()
     total = len(fx.queues) * sum(c.count for c in fx.classes)
     procs = [ctx.Process(target=_api_process, args=(fx, i, api_workers, started, speedup, broker, results),
                          name=f"api-{i}") for i in range(api_workers)]
-    for proc in procs:
+    workers = [ctx.Process(target=_worker_process, args=(clock, broker, done, worker_results), name=f"worker-{i}")
+               for i in range(1, worker_processes)]
+    for proc in procs + workers:
         proc.start()
-    period = float(settings.FLEETDECK["PLACEMENT_ROUND_SECONDS"])
-    beat = {"round": started, "tick": started}  # Celery beat runs each entry at start, then every period
-    queued: list[tuple[float, float]] = []
-    admitted = ticks = finished = requested = 0
-    tick_s = round_s = 0.0
-    spans: list[tuple[float, float]] = []  # each task's (start, end), wall seconds from the start
-    checked = 0.0
-    cpu_started = time.process_time()
-    run_task = _WorkerProcess(placement_round_task.app)
+    loop = _WorkerLoop(clock, broker, beat=True)
+    checked = [0.0]
+
+    def all_finished() -> bool:
+        if any(p.exitcode for p in procs + workers if not p.is_alive()):
+            raise RuntimeError("an API or worker process failed")
+        if time.time() - checked[0] < 0.25:
+            return False
+        checked[0] = time.time()
+        return Workload.objects.filter(state=WorkloadState.SUCCEEDED).count() >= total
+
     try:
         with _production_patched(clock, broker):
-            while finished < total:
-                while True:
-                    try:
-                        heapq.heappush(queued, broker.queue.get_nowait())
-                    except queue_mod.Empty:
-                        break
-                now = time.time()
-                due = min(queued[0][0] if queued else float("inf"), *beat.values())
-                if due > now:
-                    try:
-                        heapq.heappush(queued, broker.queue.get(timeout=due - now))
-                    except queue_mod.Empty:
-                        pass
-                    continue
-                t0 = time.perf_counter()
-                began = time.time()
-                # The broker hands out whichever task came due first.
-                if queued and queued[0][0] <= min(beat.values()):
-                    _due, expires = heapq.heappop(queued)
-                    if now > expires:
-                        continue  # Celery drops an expired task unrun
-                    requested += 1
-                    admitted += run_task(placement_round_task)["admitted"]
-                    round_s += time.perf_counter() - t0
-                    ticks += 1
-                elif beat["round"] <= beat["tick"]:
-                    # A beat task expires after one period (the schedule's options): a late worker
-                    # runs the newest one only.
-                    while beat["round"] <= now:
-                        beat["round"] += period
-                    admitted += run_task(placement_round_task)["admitted"]
-                    round_s += time.perf_counter() - t0
-                    ticks += 1
-                else:
-                    while beat["tick"] <= now:
-                        beat["tick"] += period
-                    run_task(executor_tick_task)
-                    tick_s += time.perf_counter() - t0
-                    ticks += 1
-                spans.append((began - started, time.time() - started))
-                if time.time() - checked >= 0.25:
-                    checked = time.time()
-                    finished = Workload.objects.filter(state=WorkloadState.SUCCEEDED).count()
-                if any(p.exitcode for p in procs if not p.is_alive()):
-                    raise RuntimeError("an API process failed")
+            loop.run(all_finished)
         wall = time.time() - started
+        done.set()
+        stats = [loop.stats()] + [worker_results.get(timeout=60) for _ in workers]
         submitted = [results.get(timeout=60) for _ in procs]
-        for proc in procs:
+        for proc in procs + workers:
             proc.join()
     finally:
-        for proc in procs:
+        done.set()
+        for proc in procs + workers:
             if proc.is_alive():
                 proc.kill()
-    out = _measure(fx, total, ticks, wall, sum(s["submit_s"] for s in submitted), tick_s, round_s, 0, 0.0, admitted)
-    out.cpu_s = time.process_time() - cpu_started + sum(s["cpu_s"] for s in submitted)
+    tasks, requested = sum(st["tasks"] for st in stats), sum(st["requested"] for st in stats)
+    out = _measure(fx, total, tasks, wall, sum(s["submit_s"] for s in submitted), sum(st["tick_s"] for st in stats),
+                   sum(st["round_s"] for st in stats), 0, 0.0, sum(st["admitted"] for st in stats))
+    out.cpu_s = sum(st["cpu_s"] for st in stats) + sum(s["cpu_s"] for s in submitted)
+    # Per window, the worker processes' busy time over the window's: up to 100 % per process.
+    spans = [span for st in stats for span in st["spans"]]
     out.worker_busy_by_window = _busy_by_window(spans, out.window_s / speedup, len(out.held_by_window))
     out.notes.append(
-        f"worker: {requested} round tasks queued by round_request, {ticks - requested} beat tasks (round or "
+        f"worker: {requested} round tasks queued by round_request, {tasks - requested} beat tasks (round or "
         f"executor tick); API: each request went out on average {sum(s['late_s'] for s in submitted) / total:.2f} s "
         f"after its workload's arrival (at most {max(s['late_max_s'] for s in submitted):.2f} s; the times to "
         "admission count from the arrival, so they include it)"
@@ -921,7 +971,7 @@ def _mean(values: list[float]) -> float:
 
 MODES = {
     "production": "the product as deployed: {api_workers} API worker processes, each workload one workload_submit "
-    "(a request: Django's request signals around it) at its arrival time; one Celery worker (concurrency 1, "
+    "(a request: Django's request signals around it) at its arrival time; {workers} ("
     "each task through Celery's tracer and the hooks a worker runs around it) running the round task "
     "(executor tick, round, start) "
     "when round_request's production debounce queues it ({debounce:g} s, one queued at a time, through Redis) "
@@ -956,8 +1006,14 @@ def production_goal_met(out: Outcome) -> bool:
     return out.wall_s <= GOAL_WALL_S and all(out.time_to_admission_s[c] < w for c, w in waits.items())
 
 
+def _workers_text(processes: int) -> str:
+    if processes == 1:
+        return "one Celery worker process"
+    return f"a Celery worker of {processes} processes (its prefork pool; `celery worker` starts one per CPU)"
+
+
 def report(fx: Fixture, out: Outcome, submit: str, setup_s: float, mode: str, speedup: float | None = None,
-           api_workers: int = 0) -> str:
+           api_workers: int = 0, worker_processes: int = DEFAULT_WORKER_PROCESSES) -> str:
     from django.conf import settings
 
     from scheduling.services.round_requests import DEBOUNCE_SECONDS
@@ -968,7 +1024,7 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float, mode: str, sp
     bound = fx.lower_bound_s()
     bound_use = 100 * fx.work_gpu_seconds / (fx.capacity * bound)
     described = MODES[mode].format(tick=fx.tick_ms, speedup=speedup or 0, api_workers=api_workers,
-                                   debounce=DEBOUNCE_SECONDS,
+                                   workers=_workers_text(worker_processes), debounce=DEBOUNCE_SECONDS,
                                    period=settings.FLEETDECK["PLACEMENT_ROUND_SECONDS"])
     lines = [
         f"fixture: {len(fx.queues)} queues in {fx.cohorts} cohorts (nominal {fx.nominal}, borrowing limit "
@@ -1021,7 +1077,8 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float, mode: str, sp
         names = " / ".join(c.name for c in fx.classes)
         busy = out.worker_busy_by_window
         lines.append(f"    GPUs held per {out.window_s:g} s of fixture time, % of the {fx.capacity} ({names}): what "
-                     "the wall time is spent on" + ("; and the share of it the worker ran tasks" if busy else ""))
+                     "the wall time is spent on" + ("; and the share of it the worker ran tasks (100 % per process)"
+                                                   if busy else ""))
         lines += [f"      {f'{start:g}-{start + out.window_s:g} s':>10} {sum(use.values()):>4.0f} %  ("
                   + " / ".join(f"{use[c.name]:.0f}" for c in fx.classes) + ")"
                   + (f"   worker busy {busy[i]:.0f} %" if i < len(busy) else "")
@@ -1067,9 +1124,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--mode", choices=sorted(MODES), default="production", help="; ".join(
         f"{name}: {text}" for name, text in MODES.items()).format(
-        tick=100, speedup=DEFAULT_SPEEDUP, api_workers="N", debounce=0.05, period=2))
+        tick=100, speedup=DEFAULT_SPEEDUP, api_workers="N", workers="W Celery worker processes", debounce=0.05,
+        period=2))
     ap.add_argument("--api-workers", type=int, default=DEFAULT_API_WORKERS,
                     help="production mode: API worker processes submitting (each takes every N-th queue)")
+    ap.add_argument("--worker-processes", type=int, default=DEFAULT_WORKER_PROCESSES,
+                    help="production mode: Celery worker processes running the tasks (a prefork pool's; "
+                    "`celery worker` starts one per CPU)")
     ap.add_argument(
         "--speedup",
         type=_speedups,
@@ -1102,6 +1163,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not 1 <= args.api_workers <= 64:
         print("error: --api-workers must be in [1, 64]", file=sys.stderr)
+        return 2
+    if not 1 <= args.worker_processes <= 64:
+        print("error: --worker-processes must be in [1, 64]", file=sys.stderr)
         return 2
     if args.mode == "production":
         # Round requests meet in Redis, as in production (without it each process would keep its own mark).
@@ -1193,7 +1257,8 @@ def _run(args, fx: Fixture, url: str, speedup: float) -> Outcome:
         if profiler:
             profiler.enable()
         if args.mode == "production":
-            out = simulate_production(fx, speedup=speedup, api_workers=args.api_workers)
+            out = simulate_production(fx, speedup=speedup, api_workers=args.api_workers,
+                                      worker_processes=args.worker_processes)
         elif args.mode == "concurrent":
             out = simulate_concurrent(fx, speedup=speedup, submit=args.submit)
         else:
@@ -1202,7 +1267,8 @@ def _run(args, fx: Fixture, url: str, speedup: float) -> Outcome:
             profiler.disable()
             profiler.dump_stats(args.profile)
         submit = "service" if args.mode == "production" else args.submit
-        print(report(fx, out, submit, setup_s, args.mode, speedup, args.api_workers), flush=True)
+        print(report(fx, out, submit, setup_s, args.mode, speedup, args.api_workers, args.worker_processes),
+              flush=True)
         if profiler:
             print()
             pstats.Stats(args.profile).sort_stats("cumulative").print_stats(30)

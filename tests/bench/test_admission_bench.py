@@ -274,18 +274,21 @@ def test_the_concurrent_run_submits_from_another_process(transactional_db, requi
 
 
 @pytest.mark.postgres
-def test_the_production_path_runs_the_fixture_through_the_api_and_one_worker(
-    transactional_db, require_postgres, require_redis
+@pytest.mark.parametrize("processes", [1, 2])
+def test_the_production_path_runs_the_fixture_through_the_api_and_the_worker_processes(
+    transactional_db, require_postgres, require_redis, processes
 ):
     fixture_load(SMALL)
 
-    out = simulate_production(SMALL, speedup=20.0, api_workers=2)
+    # Two worker processes run rounds, ticks and starts at once (celery worker's default on two
+    # CPUs): any deadlock between them fails the run.
+    out = simulate_production(SMALL, speedup=20.0, api_workers=2, worker_processes=processes)
 
     _check_real_time_run(out)
-    # How busy the worker was, per window of the held-GPU table: a share of each window's wall
-    # time, and some of it while the fixture ran.
+    # How busy the workers were, per window of the held-GPU table: a share of each window's wall
+    # time (up to 100 % per process), and some of it while the fixture ran.
     assert len(out.worker_busy_by_window) == len(out.held_by_window)
-    assert all(0 <= busy <= 100 + 1e-6 for busy in out.worker_busy_by_window)
+    assert all(0 <= busy <= 100 * processes + 1e-6 for busy in out.worker_busy_by_window)
     assert sum(out.worker_busy_by_window) > 0
 
 
