@@ -385,6 +385,7 @@ class Outcome:
     # Per class, mean fixture ms each GPU of a succeeded job was held without running it: from its
     # claim (the admission) to the job's start, and from the run's end to its release (the last run).
     held_idle_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
+    skipped_rounds: int = 0  # rounds that found another committing and wrote nothing
     # Production path: per window, % of its wall time the Celery worker spent running tasks.
     worker_busy_by_window: list[float] = field(default_factory=list)
     cpu_s: float = 0.0  # the benchmark's process(es) only (PostgreSQL's own work is not in it)
@@ -918,6 +919,7 @@ def _measure(fx, total, ticks, wall, submit_s, tick_s, round_s, slow, max_tick, 
         succeeded=succeeded,
         ticks=ticks,
         rounds=PlacementRound.objects.count(),
+        skipped_rounds=PlacementRound.objects.filter(skipped=True).count(),
         wall_s=wall,
         submit_s=submit_s,
         tick_s=tick_s,
@@ -1064,7 +1066,9 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float, mode: str, sp
         f"{'yes' if goal_met(out, strict=True) else 'no'}",
         f"    {out.admitted:,} admissions ({out.requeues} after a preemption; {out.preemptions} preemptions), "
         f"{out.succeeded:,} of {out.workloads:,} succeeded; fixture time to the last end {out.sim_end_s:.1f} s",
-        f"    {out.ticks} iterations, {out.rounds} rounds; busy: submit {out.submit_s:.1f} s, executor ticks "
+        f"    {out.ticks} iterations, {out.rounds} rounds"
+        + (f" ({out.skipped_rounds} skipped: another round was committing)" if out.skipped_rounds else "")
+        + f"; busy: submit {out.submit_s:.1f} s, executor ticks "
         f"{out.tick_s:.1f} s, rounds "
         f"{out.round_s:.1f} s (load {out.phases_ms['load'] / 1e3:.1f} s, core "
         f"{out.phases_ms['compute'] / 1e3:.1f} s, commit {out.phases_ms['commit'] / 1e3:.1f} s, follow-up "

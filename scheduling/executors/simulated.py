@@ -58,7 +58,8 @@ class SimulatedExecutor(Executor):
             return ExecutorReport(workload_id=w.pk, running=True, step=w.resume_step)
         if stop is not None:
             return self._graceful_stop(w, now, stop)
-        elapsed = (now - w.started_at).total_seconds()
+        # A job another worker started after this tick's moment has done nothing yet.
+        elapsed = max(0.0, (now - w.started_at).total_seconds())
         if w.run_seconds is not None and w.resume_step + elapsed >= w.run_seconds:
             return ExecutorReport(workload_id=w.pk, step=w.run_seconds, finished="succeeded", message="run complete")
         checkpoint_at, checkpoint_step = self._last_checkpoint(w, elapsed)

@@ -203,20 +203,18 @@ def test_the_benchmark_loop_runs_a_small_fixture_to_the_end(db, submit):
     assert all(0 <= sum(use.values()) <= 100 + 1e-9 for _start, use in out.held_by_window)
     held = sum(sum(use.values()) for _start, use in out.held_by_window) * out.window_s
     assert held == pytest.approx(out.usage_pct * out.sim_end_s)
-    _check_held_but_not_running(out)
+    # With every job run once, the split accounts for all of the quota usage beyond the running work.
+    assert out.requeues == 0
+    beyond_work = (out.usage_pct - out.work_pct) / 100 * SMALL.capacity * out.sim_end_s
+    assert _check_held_but_not_running(out) == pytest.approx(beyond_work, abs=1e-6)
 
 
 def _check_held_but_not_running(out) -> float:
     """The per-job split of the GPUs held but not running (admission to start, run's end to
-    release) accounts for all of the quota usage beyond the running work; returns that GPU time."""
+    release), per class; returns that GPU time in fixture seconds."""
     assert set(out.held_idle_ms) == {"small", "large"}
     assert all(a >= 0 and e >= 0 for a, e in out.held_idle_ms.values())
-    assert out.requeues == 0  # each job ran once: its last run is its only one
-    idle_gpu_s = sum(c.gpus * c.count * len(SMALL.queues) * sum(out.held_idle_ms[c.name]) / 1000
-                     for c in SMALL.classes)
-    beyond_work = (out.usage_pct - out.work_pct) / 100 * SMALL.capacity * out.sim_end_s
-    assert idle_gpu_s == pytest.approx(beyond_work, abs=1e-6)
-    return idle_gpu_s
+    return sum(c.gpus * c.count * len(SMALL.queues) * sum(out.held_idle_ms[c.name]) / 1000 for c in SMALL.classes)
 
 
 def test_the_loop_runs_a_round_when_a_service_asks_for_one_or_the_periodic_one_is_due(

@@ -45,6 +45,22 @@ def test_a_simulated_job_checkpoints_on_schedule_then_succeeds_and_frees_its_gpu
     assert (w.state, w.progress_step, _held(w)) == (WorkloadState.SUCCEEDED, 1000, 0)
 
 
+def test_a_tick_whose_moment_precedes_a_start_by_another_worker_sees_the_job_at_its_first_step(
+    research_queue, clock
+):
+    # Two worker processes: one started the job at clock.now, the other's tick read the clock a
+    # moment before and reads the job only now. The job has done nothing yet (not a negative step).
+    w = workload_submit(spec=training("sim", 8, run_seconds=1000), actor=HEALTH)
+    run_round(clock)
+    w.refresh_from_db()
+    assert w.state == WorkloadState.RUNNING and w.started_at == clock.now
+
+    executor_tick(now=clock.now - timedelta(seconds=5))
+
+    w.refresh_from_db()
+    assert (w.state, w.progress_step, _held(w)) == (WorkloadState.RUNNING, 0, 8)
+
+
 def test_the_tick_fails_a_job_at_its_time_limit_and_lets_one_that_ends_sooner_succeed(research_queue, clock):
     long = workload_submit(spec=training("long", 8, run_seconds=1000, time_limit_seconds=600), actor=HEALTH)
     short = workload_submit(spec=training("short", 8, run_seconds=300, time_limit_seconds=600), actor=HEALTH)
