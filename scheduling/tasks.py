@@ -4,7 +4,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from core.actors import Actor
-from scheduling.services import executor_tick, placement_round_run, workloads_start
+from scheduling.services import executor_tick, placement_round_run
 from scheduling.services.catalogue import policy_changes_prune
 from scheduling.services.round_requests import round_request_taken
 from scheduling.services.submission_keys import submission_keys_prune
@@ -14,14 +14,15 @@ SCHEDULER_ACTOR = Actor.automation("scheduler")
 
 @shared_task(name="scheduling.placement_round", ignore_result=True, soft_time_limit=60, time_limit=90)
 def placement_round_task() -> dict:
-    """An executor tick, then a round that starts the gangs it admitted as soon as it has committed
-    them (before it writes the waiting workloads' reasons), in one run. The tick first: jobs that
+    """An executor tick, then a round that starts the gangs it admits (in the commit that admits
+    them where their executor allows, else as soon as it has committed, before it writes the
+    waiting workloads' reasons), in one run. The tick first: jobs that
     ended since the last one give their GPUs back before the round decides, so the work waiting
     for those GPUs is placed in this round, not in the one their release would ask for. The tick
     also queues this task for the moment an executor knows a job will end (round_request_at)."""
     tick = executor_tick()  # its releases ask for a round: the one this run is, when a request queued it
     round_request_taken()  # before the snapshot: what changes from now on asks for the next round
-    report = placement_round_run(actor=SCHEDULER_ACTOR, on_admitted=workloads_start)
+    report = placement_round_run(actor=SCHEDULER_ACTOR, start=True)
     return {
         "admitted": len(report.admitted),
         "skipped": report.skipped,

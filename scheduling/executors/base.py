@@ -58,11 +58,17 @@ class Executor(ABC):
 
     Every method may be called more than once for the same workload (Celery delivers at least
     once, rounds and ticks retry): implementations must be idempotent. start/stop are called
-    after the database transaction that decided them has committed."""
+    after the database transaction that decided them has committed, except start() where
+    starts_in_commit is set."""
 
     kind: str = ""
     # True when start() returning means the job runs; otherwise poll() reports `running` later.
     starts_running: bool = False
+    # True when start() touches nothing outside the database and reads only the workload's pk and
+    # requeue_count: the round task then starts the gangs it admits on this executor's nodes in
+    # the transaction that admits them (one write of each row, and their GPUs wait for no second
+    # transaction). Implies starts_running.
+    starts_in_commit: bool = False
 
     def next_report_at(self, workloads: list[Workload], now: datetime) -> datetime | None:
         """When poll() will next have news of these running workloads that nothing announces (a

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 class SimulatedExecutor(Executor):
     starts_running = True
+    starts_in_commit = True  # a job id made of the workload's pk and requeue count
 
     def start(self, workload: Workload, placements: list[ReplicaAssignment]) -> str:
         # The requeue count makes each run's id distinct, as a real scheduler's job ids are.

@@ -4,7 +4,7 @@ For other parts:
 - workload_stop_gang(*, workload, reason, actor, grace_seconds=0, requeue=True, now=None) -> GangStop
 - node_drain(*, node, reason, grace_seconds, actor, now=None) -> DrainOutcome
 - workload_heartbeat(*, workload, step, checkpoint_at, actor, now=None)
-- placement_round_run(*, actor, now=None, on_admitted=None) -> RoundReport
+- placement_round_run(*, actor, now=None, start=False) -> RoundReport
 - executor_tick(*, actor=..., now=None) -> TickSummary
 Executors register with scheduling.executors.register_executor(kind, cls)."""
 

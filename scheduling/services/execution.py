@@ -111,6 +111,30 @@ def workloads_start(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = Non
                   now or timezone.now())
 
 
+def gangs_start_in_commit(gangs: dict[int, tuple[str, int, list[ReplicaAssignment]]]) -> dict[int, tuple[str, str]]:
+    """Inside the transaction that admits them (placement_round_run with start=True): (executor
+    kind, job id) of the admitted gangs whose executor starts them there (Executor.starts_in_commit),
+    by workload id. `gangs` holds each gang's executor kind (its nodes'), requeue count and
+    placements. The rest, and a start that failed, wait for workloads_start after the commit."""
+    by_kind: dict[str, list[tuple[Workload, list[ReplicaAssignment]]]] = defaultdict(list)
+    for pk, (kind, requeue_count, placements) in gangs.items():
+        by_kind[kind].append((Workload(pk=pk, requeue_count=requeue_count), placements))
+    out: dict[int, tuple[str, str]] = {}
+    for kind, starts in by_kind.items():
+        try:
+            executor = executor_for_kind(kind)
+        except LookupError:
+            continue  # workloads_start logs it
+        if not executor.starts_in_commit:
+            continue
+        for pk, started in executor.start_many(starts).items():
+            if isinstance(started, Exception):
+                log.error("executor %s could not start workload %s; the next tick retries", kind, pk, exc_info=started)
+            else:
+                out[pk] = (kind, started)
+    return out
+
+
 def _start(workloads: list[Workload], actor: Actor, now: datetime) -> int:
     """workloads_start for these admitted workloads, read by the caller; the ones started are
     updated in place (executor, job id and, where starting means running, state and times)."""

@@ -10,24 +10,25 @@ Phases (each one's duration is logged and kept on the PlacementRound row):
    lock (an advisory lock on PostgreSQL, the SchedulerLock row everywhere), claims the admitted
    workloads under row locks and re-checks their GPUs (allocation.allocations_claim): a
    decision whose GPUs were taken meanwhile is dropped whole, the workload stays pending.
-   The placed gangs become admitted, preemptions start (victim -> preempting, Preemption row
-   with the grace deadline, the victim asked to stop on commit), reservations are saved and
-   the round's audit row is written; after it commits, the state cache takes the admitted gangs
-   onto the nodes they landed on (state_cache.round_committed) instead of re-reading them;
+   The placed gangs become admitted (with `start`, those whose executor starts them in process
+   become running in the same statement: Executor.starts_in_commit), preemptions start (victim ->
+   preempting, Preemption row with the grace deadline, the victim asked to stop on commit),
+   reservations are saved and the round's audit row is written; after it commits, the state cache
+   takes the admitted gangs onto the nodes they landed on (state_cache.round_committed) instead of
+   re-reading them, and (`start`) the other admitted gangs are handed to their executors;
 4. reasons, after commit: every still-waiting workload's pending reason and message.
    A round that admitted from a queue whose whole considered head (ROUND_QUEUE_DEPTH) it saw
    asks for the next round at once: what waits behind that head was not looked at yet.
 
-Starting the admitted gangs and enforcing preemption deadlines belong to the executor tick
-(services.execution.executor_tick), which the round's Celery task runs right after the round.
-A crash anywhere before phase 3 commits leaves nothing behind; phase 4 is idempotent."""
+Without `start` (a round run by hand), the executor tick (services.execution.executor_tick)
+starts the admitted gangs; it also enforces preemption deadlines. A crash anywhere before phase 3
+commits leaves nothing behind; phase 4 is idempotent."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
@@ -40,12 +41,14 @@ from core.audit import audit_record
 from core.collector import collector_paused
 from scheduling.choices import WorkloadState
 from scheduling.engine.types import Admit, ReplicaPlacement, RoundResult, WorkloadSpec
+from scheduling.executors import ReplicaAssignment
 from scheduling.models import PlacementRound, SchedulerLock, Workload
 from scheduling.snapshot import SnapshotIndex, _aware, _raw_rows, considered_window, placements_to_json
 from scheduling.state_cache import current_xact, round_committed, round_decide, round_state
 
 from .allocation import AllocationRow, GangClaim, allocations_claim
 from .bulk import by_ids, locked_by_ids, rows_update
+from .execution import EXECUTOR_ACTOR, gangs_start_in_commit, workloads_start
 from .round_requests import round_request_on_commit
 from .transitions import WAITING, transitions_record_bulk
 from .workloads import workload_preempt
@@ -69,19 +72,19 @@ class RoundReport:
     pending: int = 0
     result: RoundResult | None = None
     reasons_ms: float = 0.0  # phase 4, inside round_commit
-    started: int = 0  # gangs on_admitted started
-    started_ms: float = 0.0  # its time, inside round_commit
+    started: int = 0  # gangs started (with start): in the commit, then by workloads_start
+    started_ms: float = 0.0  # workloads_start's time after the commit, inside round_commit
     xact: int | None = None  # the commit's transaction id (PostgreSQL, with the state cache)
 
 
-def placement_round_run(*, actor: Actor, now: datetime | None = None,
-                        on_admitted: Callable[[], int] | None = None) -> RoundReport:
+def placement_round_run(*, actor: Actor, now: datetime | None = None, start: bool = False) -> RoundReport:
     """Run one placement round (see the module docstring). Safe to run concurrently: exactly
     one round commits at a time and a late one re-checks everything it claims.
 
-    `on_admitted` runs right after a commit that admitted gangs, before phase 4 writes the waiting
-    workloads' reasons; it returns how many it started. The round task starts the admitted gangs
-    there (execution.workloads_start): their GPUs then wait for no reasons to be written."""
+    `start` (the round task): the admitted gangs are started as well, those whose executor starts
+    them in process in the commit that admits them, the others right after it commits
+    (execution.workloads_start), before phase 4 writes the waiting workloads' reasons: their GPUs
+    wait for no second transaction, nor for the reasons."""
     now = now or timezone.now()
     t0 = time.perf_counter()
     # The collector stays off for the round (core.collector): its full collections walked the
@@ -95,7 +98,7 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None,
         # The decisions are as of the snapshot (`now`); what is written is stamped when it happens,
         # so a slow round does not date admissions back to before they took place.
         report = round_commit(result=result, index=index, actor=actor, now=max(now, timezone.now()),  # phases 3, 4
-                              on_admitted=on_admitted)
+                              start=start)
         if report.admitted and not report.preempted:
             specs, admits = {s.id: s for s in snapshot.pending}, {a.workload_id: a for a in result.admitted}
             round_committed(index=index, admitted=[(admits[wid], specs[wid]) for wid, _name, _p in report.admitted],
@@ -107,7 +110,7 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None,
             if _heads_cut_short(snapshot.pending, {a[0] for a in report.admitted}):
                 round_request_on_commit()
     t4 = time.perf_counter()
-    timings = {  # starting the admitted gangs (on_admitted) is in total_ms alone
+    timings = {  # starting the admitted gangs after the commit is in total_ms alone
         "load_ms": (t1 - t0) * 1e3,
         "compute_ms": (t2 - t1) * 1e3,
         "commit_ms": (t3 - t2) * 1e3 - report.reasons_ms - report.started_ms,
@@ -202,14 +205,14 @@ def _claims(
 
 
 def round_commit(*, result: RoundResult, index: SnapshotIndex, actor: Actor, now: datetime,
-                 on_admitted: Callable[[], int] | None = None) -> RoundReport:
+                 start: bool = False) -> RoundReport:
     """Phases 3 and 4: apply a round's decisions in one transaction (or nothing at all), then
-    (after on_admitted, when it admitted any) write the waiting workloads' reasons. A round that
-    lost the lock (skipped) writes neither."""
-    report = _decisions_commit(result, index, actor, now)
-    if report.admitted and on_admitted is not None:
+    (`start`: after starting the admitted gangs the commit did not) write the waiting workloads'
+    reasons. A round that lost the lock (skipped) writes neither."""
+    report = _decisions_commit(result, index, actor, now, start=start)
+    if start and len(report.admitted) > report.started:
         t0 = time.perf_counter()
-        report.started = on_admitted()
+        report.started += workloads_start()
         report.started_ms = (time.perf_counter() - t0) * 1e3
     if not report.skipped:
         t0 = time.perf_counter()
@@ -218,7 +221,8 @@ def round_commit(*, result: RoundResult, index: SnapshotIndex, actor: Actor, now
     return report
 
 
-def _decisions_commit(result: RoundResult, index: SnapshotIndex, actor: Actor, now: datetime) -> RoundReport:
+def _decisions_commit(result: RoundResult, index: SnapshotIndex, actor: Actor, now: datetime, *,
+                      start: bool = False) -> RoundReport:
     report = RoundReport(round=None, result=result, pending=len(result.pending))
     if not (result.admitted or result.preemptions or result.reservations or index.reserved):
         # Nothing to admit, preempt or reserve, and nothing reserved to drop: a round at rest
@@ -233,7 +237,9 @@ def _decisions_commit(result: RoundResult, index: SnapshotIndex, actor: Actor, n
         claims, stale = _claims(result.admitted, index, waiting)
         placed, dropped = allocations_claim(claims=claims, now=now)
         by_id = {a.workload_id: a for a in result.admitted}
-        _mark_admitted(placed, waiting, by_id, actor, now)
+        started = gangs_start_in_commit(_gangs(placed, waiting, by_id, index)) if start else {}
+        _mark_admitted(placed, waiting, by_id, actor, now, started=started)
+        report.started = len(started)
         report.dropped = stale + dropped
         report.admitted = [(wid, index.names.get(wid, ""), by_id[wid].placements) for wid in placed]
         report.preempted = _start_preemptions(result, actor, now)
@@ -273,6 +279,7 @@ class Claimable(NamedTuple):
     state: str
     queued_at: datetime | None
     submitted_at: datetime
+    requeue_count: int
 
 
 def _claimable(ids: list[int]) -> dict[int, Claimable]:
@@ -281,9 +288,9 @@ def _claimable(ids: list[int]) -> dict[int, Claimable]:
     planner may walk the whole backlog's partial index to find a round's few hundred rows."""
     waiting: dict[int, Claimable] = {}
     for part in locked_by_ids(Workload.objects.all(), ids):
-        rows = _raw_rows(part.values_list("pk", "state", "queued_at", "submitted_at"))
-        waiting.update((pk, Claimable(state, _aware(queued), _aware(sub)))
-                       for pk, state, queued, sub in rows if state in WAITING)
+        rows = _raw_rows(part.values_list("pk", "state", "queued_at", "submitted_at", "requeue_count"))
+        waiting.update((pk, Claimable(state, _aware(queued), _aware(sub), requeues))
+                       for pk, state, queued, sub, requeues in rows if state in WAITING)
     return waiting
 
 
@@ -298,31 +305,60 @@ ADMITTED_FIELDS = [
 ]
 
 
+STARTED_FIELDS = ["executor", "executor_job_id", "started_at", "last_progress_at"]
+
+
+def _gangs(placed: list[int], waiting: dict[int, Claimable], by_id: dict[int, Admit],
+           index: SnapshotIndex) -> dict[int, tuple[str, int, list[ReplicaAssignment]]]:
+    """What gangs_start_in_commit needs of each placed gang: its nodes' executor (the first
+    replica's node, as execution._assignments takes it), requeue count and placements."""
+    out = {}
+    for wid in placed:
+        placements = [p for p in by_id[wid].placements if p.gpus]
+        if not placements:
+            continue
+        out[wid] = (
+            index.node_executor.get(placements[0].node, ""),
+            waiting[wid].requeue_count,
+            [ReplicaAssignment(pod_set=p.pod_set, replica=p.replica, node=p.node,
+                               gpus=tuple(sorted(g.index for g in p.gpus)), milli=p.gpus[0].milli,
+                               mig_instances=tuple(g.mig_instance for g in p.gpus if g.mig_instance))
+             for p in placements],
+        )
+    return out
+
+
 def _mark_admitted(
-    placed: list[int], waiting: dict[int, Claimable], by_id: dict[int, Admit], actor: Actor, now: datetime
+    placed: list[int], waiting: dict[int, Claimable], by_id: dict[int, Admit], actor: Actor, now: datetime, *,
+    started: dict[int, tuple[str, str]],
 ) -> None:
-    """The placed workloads become admitted, in one statement; the executor tick starts them."""
+    """The placed workloads become admitted, one statement for all; those in `started` (executor
+    kind, job id) running as well, started now: their executor started them in this transaction."""
     if not placed:
         return
-    rows = {
-        wid: (
-            WorkloadState.ADMITTED,
-            now,
-            now - (waiting[wid].queued_at or waiting[wid].submitted_at),
-            "",
-            "",
-            [],
-            by_id[wid].borrowed or {},
-        )
-        for wid in placed
-    }
-    rows_update(model=Workload, fields=ADMITTED_FIELDS, rows=rows)
+
+    def admitted(wid: int, state: str) -> tuple:
+        return (state, now, now - (waiting[wid].queued_at or waiting[wid].submitted_at), "", "", [],
+                by_id[wid].borrowed or {})
+
+    started_at = max(now, timezone.now())
+    rows_update(model=Workload, fields=ADMITTED_FIELDS,
+                rows={wid: admitted(wid, WorkloadState.ADMITTED) for wid in placed if wid not in started})
+    rows_update(model=Workload, fields=ADMITTED_FIELDS + STARTED_FIELDS,
+                rows={wid: admitted(wid, WorkloadState.RUNNING) + (*started[wid], started_at, started_at)
+                      for wid in placed if wid in started})
     transitions_record_bulk(
         changes=[(wid, waiting[wid].state) for wid in placed],
         to_state=WorkloadState.ADMITTED,
         reason="placed by the placement round",
         actor=actor,
     )
+    by_kind: dict[str, list[int]] = {}
+    for wid, (kind, _job) in started.items():
+        by_kind.setdefault(kind, []).append(wid)
+    for kind, ids in by_kind.items():
+        transitions_record_bulk(changes=[(wid, WorkloadState.ADMITTED) for wid in ids], to_state=WorkloadState.RUNNING,
+                                reason=f"started by the {kind} executor", actor=EXECUTOR_ACTOR)
 
 
 def _start_preemptions(result: RoundResult, actor: Actor, now: datetime) -> list[tuple[int, int, str]]:

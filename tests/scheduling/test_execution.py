@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from django.core.management import call_command
 
 from core.actors import Actor
@@ -179,6 +180,59 @@ def test_a_gang_admitted_by_the_round_task_is_started_by_the_executor_in_the_sam
         ("running", "started by the simulated executor", "automation:executor"),
     ]
     assert _held(w) == 16
+
+
+@pytest.mark.parametrize("in_commit", [True, False], ids=["started-in-the-commit", "started-after-it"])
+def test_the_round_task_starts_what_it_admits_and_the_next_tick_retries_a_start_that_failed(
+    research_queue, clock, in_commit
+):
+    from scheduling.tasks import placement_round_task
+
+    calls = []
+    # A start that fails in the commit is tried again right after it, like any other executor's.
+    failing = 2 if in_commit else 1
+
+    class Flaky(Executor):
+        starts_running = True
+        starts_in_commit = in_commit
+
+        def start(self, workload, placements):
+            calls.append(sorted({p.node for p in placements}))
+            if len(calls) <= failing:
+                raise RuntimeError("backend unreachable")
+            return f"job-{workload.pk}-{workload.requeue_count}"
+
+        def stop_graceful(self, workload, grace_seconds):
+            pass
+
+        def stop_hard(self, workload):
+            pass
+
+        def poll(self, workloads, now, stops=None):
+            return []
+
+    register_executor("flaky", Flaky)
+    try:
+        Node.objects.update(executor="flaky")
+        w = workload_submit(spec=training("t", 16), actor=HEALTH)
+        clock.advance(30)
+
+        outcome = placement_round_task()
+
+        # The start failed: the gang keeps its GPUs, admitted, and no job id is recorded.
+        assert (outcome["admitted"], outcome["started"]) == (1, 0)
+        w.refresh_from_db()
+        assert (w.state, w.executor, w.started_at, _held(w)) == (WorkloadState.ADMITTED, "", None, 16)
+
+        clock.advance(5)
+        assert executor_tick().started == 1
+        w.refresh_from_db()
+        assert (w.state, w.executor, w.executor_job_id) == (WorkloadState.RUNNING, "flaky", f"job-{w.pk}-0")
+        assert w.started_at == clock.now and _held(w) == 16
+        assert calls == [["n1", "n2"]] * (failing + 1)
+    finally:
+        base._registry.pop("flaky", None)
+        base._instances.pop("flaky", None)
 
 
 def test_the_placement_round_command_prints_its_decisions(research_queue, capsys):

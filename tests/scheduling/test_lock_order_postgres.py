@@ -86,7 +86,7 @@ def _race(ids: list[int], service) -> list[BaseException]:
 @pytest.fixture
 def admitted(transactional_db, require_postgres, research_queue, clock) -> list[int]:
     ids = sorted(workload_submit(spec=training(f"w{i}", 8), actor=OPS).pk for i in range(3))
-    placement_round_run(actor=OPS, now=clock.now)  # admitted, not started (no on_admitted)
+    placement_round_run(actor=OPS, now=clock.now)  # admitted, not started (no start)
     assert set(Workload.objects.filter(pk__in=ids).values_list("state", flat=True)) == {WorkloadState.ADMITTED}
     return ids
 
