@@ -555,7 +555,8 @@ class PlacementRound(models.Model):
     commit_ms = models.FloatField(default=0.0)
     followup_ms = models.FloatField(default=0.0)
     total_ms = models.FloatField(default=0.0)
-    pending = models.PositiveIntegerField(default=0)
+    pending = models.PositiveIntegerField(
+        default=0, help_text="Waiting workloads the round considered (ROUND_QUEUE_DEPTH per queue) and left waiting")
     admitted = models.PositiveIntegerField(default=0)
     dropped = models.PositiveIntegerField(default=0, help_text="Admissions whose GPUs were taken meanwhile")
     preempted = models.PositiveIntegerField(default=0)
