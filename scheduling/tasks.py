@@ -16,10 +16,10 @@ SCHEDULER_ACTOR = Actor.automation("scheduler")
 def placement_round_task() -> dict:
     """An executor tick, then a round that starts the gangs it admits (in the commit that admits
     them where their executor allows, else as soon as it has committed, before it writes the
-    waiting workloads' reasons), in one run. The tick first: jobs that
-    ended since the last one give their GPUs back before the round decides, so the work waiting
-    for those GPUs is placed in this round, not in the one their release would ask for. The tick
-    also queues this task for the moment an executor knows a job will end (round_request_at)."""
+    waiting workloads' reasons), in one run. The tick first: jobs that ended since the last one
+    give their GPUs back before the round decides, so the work waiting for those GPUs is placed in
+    this round, not in the one their release would ask for. The tick also queues this task for the
+    moment an executor knows a job will end (round_request_at)."""
     tick = executor_tick()  # its releases ask for a round: the one this run is, when a request queued it
     round_request_taken()  # before the snapshot: what changes from now on asks for the next round
     report = placement_round_run(actor=SCHEDULER_ACTOR, start=True)

@@ -133,7 +133,7 @@ def allocations_claim(*, claims: Sequence[GangClaim], now: datetime) -> tuple[li
 
     Must run inside the caller's transaction.atomic(): the row locks last until it commits.
     Claims are granted in the given order (the round's admission order); the allocations are
-    stamped `now`, the time the workloads are admitted (and, in-commit, started). Returns the
+    stamped `now`, the time the workloads are admitted. Returns the
     ids of the placed and of the dropped workloads."""
     if not claims:
         return [], []

@@ -129,7 +129,8 @@ def gangs_start_in_commit(gangs: dict[int, tuple[str, int, list[ReplicaAssignmen
             continue
         for pk, started in executor.start_many(starts).items():
             if isinstance(started, Exception):
-                log.error("executor %s could not start workload %s; the next tick retries", kind, pk, exc_info=started)
+                log.error("executor %s could not start workload %s in the commit; trying again after it", kind, pk,
+                          exc_info=started)
             else:
                 out[pk] = (kind, started)
     return out
