@@ -14,6 +14,7 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import transaction
@@ -111,14 +112,27 @@ def workloads_start(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = Non
                   now or timezone.now())
 
 
-def gangs_start_in_commit(gangs: dict[int, tuple[str, int, list[ReplicaAssignment]]]) -> dict[int, tuple[str, str]]:
+class GangStart(NamedTuple):
+    """What gangs_start_in_commit reads of an admitted gang (Executor.starts_in_commit)."""
+
+    kind: str  # its nodes' executor
+    requeue_count: int
+    run_seconds: int | None
+    resume_step: int
+    placements: list[ReplicaAssignment]
+
+
+def gangs_start_in_commit(gangs: dict[int, GangStart], started_at: datetime) -> dict[int, tuple[str, str]]:
     """Inside the transaction that admits them (placement_round_run with start=True): (executor
     kind, job id) of the admitted gangs whose executor starts them there (Executor.starts_in_commit),
-    by workload id. `gangs` holds each gang's executor kind (its nodes'), requeue count and
-    placements. The rest, and a start that failed, wait for workloads_start after the commit."""
+    by workload id, started at `started_at`; a round task is asked for when the first of them ends,
+    where the executor knows it (as the tick asks for its running jobs). The rest, and a start that
+    failed, wait for workloads_start after the commit."""
     by_kind: dict[str, list[tuple[Workload, list[ReplicaAssignment]]]] = defaultdict(list)
-    for pk, (kind, requeue_count, placements) in gangs.items():
-        by_kind[kind].append((Workload(pk=pk, requeue_count=requeue_count), placements))
+    for pk, gang in gangs.items():
+        workload = Workload(pk=pk, state=WorkloadState.RUNNING, requeue_count=gang.requeue_count,
+                            run_seconds=gang.run_seconds, resume_step=gang.resume_step, started_at=started_at)
+        by_kind[gang.kind].append((workload, gang.placements))
     out: dict[int, tuple[str, str]] = {}
     for kind, starts in by_kind.items():
         try:
@@ -133,7 +147,17 @@ def gangs_start_in_commit(gangs: dict[int, tuple[str, int, list[ReplicaAssignmen
                           exc_info=started)
             else:
                 out[pk] = (kind, started)
+        _wake_at_next_end(executor, [w for w, _p in starts if w.pk in out], started_at)
     return out
+
+
+def _wake_at_next_end(executor, started: list[Workload], now: datetime) -> None:
+    """A round task when the first of these just-started jobs ends, where the executor knows it: the
+    tick that asks for its running jobs' ends ran before they started (at rest, the next would be the
+    beat's)."""
+    at = executor.next_report_at(started, now) if started else None
+    if at is not None:
+        round_request_at_on_commit(at)
 
 
 def _start(workloads: list[Workload], actor: Actor, now: datetime) -> int:
@@ -190,6 +214,8 @@ def _start_group(kind: str, group: list[Workload], assignments, actor: Actor, no
             w.executor, w.executor_job_id = job_ids[w.pk]
             if executor.starts_running:
                 w.state, w.started_at, w.last_progress_at = WorkloadState.RUNNING, now, now
+    if executor.starts_running:
+        _wake_at_next_end(executor, [w for w in group if w.pk in claimed], now)
     return len(ids)
 
 

@@ -48,7 +48,7 @@ from scheduling.state_cache import current_xact, round_committed, round_decide, 
 
 from .allocation import AllocationRow, GangClaim, allocations_claim
 from .bulk import by_ids, locked_by_ids, rows_update
-from .execution import EXECUTOR_ACTOR, gangs_start_in_commit, workloads_start
+from .execution import EXECUTOR_ACTOR, GangStart, gangs_start_in_commit, workloads_start
 from .round_requests import round_request_on_commit
 from .transitions import WAITING, transitions_record_bulk
 from .workloads import workload_preempt
@@ -236,8 +236,9 @@ def _decisions_commit(result: RoundResult, index: SnapshotIndex, actor: Actor, n
         claims, stale = _claims(result.admitted, index, waiting)
         placed, dropped = allocations_claim(claims=claims, now=now)
         by_id = {a.workload_id: a for a in result.admitted}
-        started = gangs_start_in_commit(_gangs(placed, waiting, by_id, index)) if start else {}
-        _mark_admitted(placed, waiting, by_id, actor, now, started=started)
+        started_at = max(now, timezone.now())  # the starts happen in this transaction, after the claims
+        started = gangs_start_in_commit(_gangs(placed, waiting, by_id, index), started_at) if start else {}
+        _mark_admitted(placed, waiting, by_id, actor, now, started=started, started_at=started_at)
         report.started = len(started)
         report.dropped = stale + dropped
         report.admitted = [(wid, index.names.get(wid, ""), by_id[wid].placements) for wid in placed]
@@ -279,6 +280,8 @@ class Claimable(NamedTuple):
     queued_at: datetime | None
     submitted_at: datetime
     requeue_count: int
+    run_seconds: int | None
+    resume_step: int
 
 
 def _claimable(ids: list[int]) -> dict[int, Claimable]:
@@ -287,9 +290,10 @@ def _claimable(ids: list[int]) -> dict[int, Claimable]:
     planner may walk the whole backlog's partial index to find a round's few hundred rows."""
     waiting: dict[int, Claimable] = {}
     for part in locked_by_ids(Workload.objects.all(), ids):
-        rows = _raw_rows(part.values_list("pk", "state", "queued_at", "submitted_at", "requeue_count"))
-        waiting.update((pk, Claimable(state, _aware(queued), _aware(sub), requeues))
-                       for pk, state, queued, sub, requeues in rows if state in WAITING)
+        rows = _raw_rows(part.values_list("pk", "state", "queued_at", "submitted_at", "requeue_count", "run_seconds",
+                                          "resume_step"))
+        waiting.update((pk, Claimable(state, _aware(queued), _aware(sub), *rest))
+                       for pk, state, queued, sub, *rest in rows if state in WAITING)
     return waiting
 
 
@@ -308,17 +312,20 @@ STARTED_FIELDS = ["executor", "executor_job_id", "started_at", "last_progress_at
 
 
 def _gangs(placed: list[int], waiting: dict[int, Claimable], by_id: dict[int, Admit],
-           index: SnapshotIndex) -> dict[int, tuple[str, int, list[ReplicaAssignment]]]:
+           index: SnapshotIndex) -> dict[int, GangStart]:
     """What gangs_start_in_commit needs of each placed gang: its nodes' executor (the first
-    replica's node, as execution._assignments takes it), requeue count and placements."""
+    replica's node, as execution._assignments takes it), its run and its placements."""
     out = {}
     for wid in placed:
         placements = [p for p in by_id[wid].placements if p.gpus]
         if not placements:
             continue
-        out[wid] = (
+        claim = waiting[wid]
+        out[wid] = GangStart(
             index.node_executor.get(placements[0].node, ""),
-            waiting[wid].requeue_count,
+            claim.requeue_count,
+            claim.run_seconds,
+            claim.resume_step,
             [ReplicaAssignment(pod_set=p.pod_set, replica=p.replica, node=p.node,
                                gpus=tuple(sorted(g.index for g in p.gpus)), milli=p.gpus[0].milli,
                                mig_instances=tuple(g.mig_instance for g in p.gpus if g.mig_instance))
@@ -329,10 +336,10 @@ def _gangs(placed: list[int], waiting: dict[int, Claimable], by_id: dict[int, Ad
 
 def _mark_admitted(
     placed: list[int], waiting: dict[int, Claimable], by_id: dict[int, Admit], actor: Actor, now: datetime, *,
-    started: dict[int, tuple[str, str]],
+    started: dict[int, tuple[str, str]], started_at: datetime,
 ) -> None:
     """The placed workloads become admitted, one statement for all; those in `started` (executor
-    kind, job id) running as well, started now: their executor started them in this transaction."""
+    kind, job id) running as well, started at `started_at`: their executor started them in this transaction."""
     if not placed:
         return
 
@@ -340,7 +347,6 @@ def _mark_admitted(
         return (state, now, now - (waiting[wid].queued_at or waiting[wid].submitted_at), "", "", [],
                 by_id[wid].borrowed or {})
 
-    started_at = max(now, timezone.now())
     rows_update(model=Workload, fields=ADMITTED_FIELDS,
                 rows={wid: admitted(wid, WorkloadState.ADMITTED) for wid in placed if wid not in started})
     rows_update(model=Workload, fields=ADMITTED_FIELDS + STARTED_FIELDS,

@@ -98,3 +98,19 @@ def test_the_gpus_of_a_job_that_ended_go_to_the_waiting_work_in_the_same_round_t
     assert (outcome["finished"], outcome["admitted"], outcome["started"]) == (1, 1, 1)
     assert Workload.objects.get(pk=first.pk).state == WorkloadState.SUCCEEDED
     assert Workload.objects.get(pk=waiting.pk).state == WorkloadState.RUNNING
+
+
+def test_a_job_the_round_task_starts_asks_for_a_round_at_its_end_with_no_tick_after_it(
+        research_queue, clock, wakeups, django_capture_on_commit_callbacks):
+    # At rest nothing else runs after the round task: without its own wake-up the job's GPUs would wait
+    # for the beat's next tick after the job ended.
+    from scheduling.tasks import placement_round_task
+
+    workload_submit(spec=training("short", 8, run_seconds=100), actor=OPS)
+    clock.advance(5)
+    with django_capture_on_commit_callbacks(execute=True):
+        outcome = placement_round_task()
+
+    short = Workload.objects.get(name="short")
+    assert (outcome["started"], short.state) == (1, WorkloadState.RUNNING)
+    assert [w["eta"] for w in wakeups if "eta" in w] == [short.started_at + timedelta(seconds=100)]
