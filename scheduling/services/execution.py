@@ -107,9 +107,21 @@ def workloads_start(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = Non
     """Hand admitted, not yet started workloads to their node pool's executor.
 
     Executors whose start means running (the simulated one) move them to running at once;
-    the others report `running` from poll(). Returns how many were started."""
+    the others report `running` from poll(). Returns how many were started. Unlike the tick's
+    starts (its polls ask for the ends of what it started), this asks for a round task when the
+    first job it started ends, where the executor knows it."""
     return _start(list(Workload.objects.filter(state=WorkloadState.ADMITTED, executor="")), actor,
-                  now or timezone.now())
+                  now or timezone.now(), wake=True)
+
+
+# What a start that means running writes besides the state (the tick's and the round's in-commit one).
+STARTED_FIELDS = ["executor", "executor_job_id", "started_at", "last_progress_at"]
+
+
+def started_record(ids: list[int], kind: str, actor: Actor) -> None:
+    """The admitted -> running transitions of gangs the `kind` executor started (already written)."""
+    transitions_record_bulk(changes=[(pk, WorkloadState.ADMITTED) for pk in ids], to_state=WorkloadState.RUNNING,
+                            reason=f"started by the {kind} executor", actor=actor)
 
 
 class GangStart(NamedTuple):
@@ -160,7 +172,7 @@ def _wake_at_next_end(executor, started: list[Workload], now: datetime) -> None:
         round_request_at_on_commit(at)
 
 
-def _start(workloads: list[Workload], actor: Actor, now: datetime) -> int:
+def _start(workloads: list[Workload], actor: Actor, now: datetime, *, wake: bool = False) -> int:
     """workloads_start for these admitted workloads, read by the caller; the ones started are
     updated in place (executor, job id and, where starting means running, state and times)."""
     if not workloads:
@@ -172,11 +184,11 @@ def _start(workloads: list[Workload], actor: Actor, now: datetime) -> int:
             by_kind[kinds[w.pk]].append(w)
     started = 0
     for kind, group in by_kind.items():
-        started += _start_group(kind, group, assignments, actor, now)
+        started += _start_group(kind, group, assignments, actor, now, wake=wake)
     return started
 
 
-def _start_group(kind: str, group: list[Workload], assignments, actor: Actor, now: datetime) -> int:
+def _start_group(kind: str, group: list[Workload], assignments, actor: Actor, now: datetime, *, wake: bool) -> int:
     try:
         executor = executor_for_kind(kind)
     except LookupError:
@@ -197,24 +209,16 @@ def _start_group(kind: str, group: list[Workload], assignments, actor: Actor, no
             rows_update(model=Workload, fields=["executor", "executor_job_id"], rows={pk: job_ids[pk] for pk in ids})
         else:
             # One write per workload: each row version costs an entry in every index of the table.
-            rows_update(
-                model=Workload,
-                fields=["executor", "executor_job_id", "state", "started_at", "last_progress_at"],
-                rows={pk: (*job_ids[pk], WorkloadState.RUNNING, now, now) for pk in ids},
-            )
-            transitions_record_bulk(
-                changes=[(pk, WorkloadState.ADMITTED) for pk in ids],
-                to_state=WorkloadState.RUNNING,
-                reason=f"started by the {kind} executor",
-                actor=actor,
-            )
+            rows_update(model=Workload, fields=["state", *STARTED_FIELDS],
+                        rows={pk: (WorkloadState.RUNNING, *job_ids[pk], now, now) for pk in ids})
+            started_record(ids, kind, actor)
     claimed = set(ids)
     for w in group:
         if w.pk in claimed:
             w.executor, w.executor_job_id = job_ids[w.pk]
             if executor.starts_running:
                 w.state, w.started_at, w.last_progress_at = WorkloadState.RUNNING, now, now
-    if executor.starts_running:
+    if wake and executor.starts_running:
         _wake_at_next_end(executor, [w for w in group if w.pk in claimed], now)
     return len(ids)
 

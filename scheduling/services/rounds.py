@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
@@ -48,7 +48,7 @@ from scheduling.state_cache import current_xact, round_committed, round_decide, 
 
 from .allocation import AllocationRow, GangClaim, allocations_claim
 from .bulk import by_ids, locked_by_ids, rows_update
-from .execution import EXECUTOR_ACTOR, GangStart, gangs_start_in_commit, workloads_start
+from .execution import EXECUTOR_ACTOR, STARTED_FIELDS, GangStart, gangs_start_in_commit, started_record, workloads_start
 from .round_requests import round_request_on_commit
 from .transitions import WAITING, transitions_record_bulk
 from .workloads import workload_preempt
@@ -308,9 +308,6 @@ ADMITTED_FIELDS = [
 ]
 
 
-STARTED_FIELDS = ["executor", "executor_job_id", "started_at", "last_progress_at"]
-
-
 def _gangs(placed: list[int], waiting: dict[int, Claimable], by_id: dict[int, Admit],
            index: SnapshotIndex) -> dict[int, GangStart]:
     """What gangs_start_in_commit needs of each placed gang: its nodes' executor (the first
@@ -358,12 +355,11 @@ def _mark_admitted(
         reason="placed by the placement round",
         actor=actor,
     )
-    by_kind: dict[str, list[int]] = {}
+    by_kind: dict[str, list[int]] = defaultdict(list)
     for wid, (kind, _job) in started.items():
-        by_kind.setdefault(kind, []).append(wid)
+        by_kind[kind].append(wid)
     for kind, ids in by_kind.items():
-        transitions_record_bulk(changes=[(wid, WorkloadState.ADMITTED) for wid in ids], to_state=WorkloadState.RUNNING,
-                                reason=f"started by the {kind} executor", actor=EXECUTOR_ACTOR)
+        started_record(ids, kind, EXECUTOR_ACTOR)
 
 
 def _start_preemptions(result: RoundResult, actor: Actor, now: datetime) -> list[tuple[int, int, str]]:
