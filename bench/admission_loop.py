@@ -580,16 +580,17 @@ class CeleryStandIn:
         self.queue = ctx.Queue()
         self.clock = clock
 
-    def apply_async(self, countdown: float = 0.0, expires: float | None = None, eta: datetime | None = None,
-                    **_options) -> None:
+    def apply_async(self, kwargs: dict | None = None, countdown: float = 0.0, expires: float | None = None,
+                    eta: datetime | None = None, **_options) -> None:
         """`countdown` and `expires` in wall seconds; `eta` on Django's clock (the benchmark's: a
-        wake-up at a simulated job's end), turned into the wall time the clock reaches it."""
+        wake-up at a simulated job's end), turned into the wall time the clock reaches it; the
+        task's `kwargs` go with it (as sorted items: queue entries compare)."""
         now = time.time()
         due = now + (countdown or 0.0)
         if eta is not None and self.clock is not None:
             ahead_ms = (eta - self.clock()).total_seconds() * self.clock.fx.unit_ms
             due = now + max(0.0, ahead_ms / 1000 / self.clock.speedup)
-        self.queue.put((due, now + expires if expires else float("inf")))
+        self.queue.put((due, now + expires if expires else float("inf"), tuple(sorted((kwargs or {}).items()))))
 
 
 class _WorkerProcess:
@@ -607,12 +608,12 @@ class _WorkerProcess:
         signals.task_postrun.connect(fixup.on_task_postrun, weak=False)
         self.app, self.tracers = app, {}
 
-    def __call__(self, task):
+    def __call__(self, task, kwargs: dict | None = None):
         from celery.app.trace import build_tracer
 
         if task.name not in self.tracers:
             self.tracers[task.name] = build_tracer(task.name, task, app=self.app, eager=False)
-        retval, info, *_ = self.tracers[task.name](uuid.uuid4().hex, (), {}, {})
+        retval, info, *_ = self.tracers[task.name](uuid.uuid4().hex, (), kwargs or {}, {})
         if info is not None and info.state != "SUCCESS":
             raise RuntimeError(f"{task.name} failed: {info.retval!r}")
         return retval
@@ -693,7 +694,7 @@ class _WorkerLoop:
         self.period = float(settings.FLEETDECK["PLACEMENT_ROUND_SECONDS"])
         # Celery beat runs each entry at start, then every period.
         self.beat = {"round": clock.started, "tick": clock.started} if beat else {}
-        self.queued: list[tuple[float, float]] = []
+        self.queued: list[tuple[float, float, tuple]] = []
         self.admitted = self.tasks = self.requested = 0
         self.tick_s = self.round_s = 0.0
         self.spans: list[tuple[float, float]] = []  # each task's (start, end), wall seconds from the start
@@ -727,11 +728,11 @@ class _WorkerLoop:
                 continue
             t0, began = time.perf_counter(), time.time()
             if queued and queued[0][0] <= next_beat:
-                _due, expires = heapq.heappop(queued)
+                _due, expires, kwargs = heapq.heappop(queued)
                 if now > expires:
                     continue  # Celery drops an expired task unrun
                 self.requested += 1
-                self.admitted += run_task(placement_round_task)["admitted"]
+                self.admitted += run_task(placement_round_task, dict(kwargs))["admitted"]
                 self.round_s += time.perf_counter() - t0
             elif beat["round"] <= beat["tick"]:
                 # A beat task expires after one period (the schedule's options): a late worker

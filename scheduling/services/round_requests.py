@@ -3,17 +3,25 @@
 Services ask for a round when something a round decides on changed (a submission, a finished
 or cancelled job, a round that left a queue's head unseen). A request queues one round,
 DEBOUNCE_SECONDS later, unless one is queued already and has not started: every request until
-it starts shares it, since its snapshot is read after them. The round task marks the queued
-round taken (round_request_taken) before it reads its snapshot, so a request from then on
-queues the next round, which runs once this one is done. Busy, rounds run back to back (each
-seeing everything that arrived while the one before ran); at rest, a change waits
-DEBOUNCE_SECONDS plus one round, not a fixed window. A lost request (or a lost task: the mark
-expires after PENDING_TTL_SECONDS) costs at most one PLACEMENT_ROUND_SECONDS of delay (the
-periodic round), so failures are only logged.
+it starts shares it, since its snapshot is read after them. That round task marks itself taken
+(round_request_taken) before it reads its snapshot, so a request from then on queues the next
+round, which runs once this one is done. Busy, rounds run back to back (each seeing everything
+that arrived while the one before ran); at rest, a change waits DEBOUNCE_SECONDS plus one round,
+not a fixed window. A lost request (or a lost task: the mark expires after PENDING_TTL_SECONDS)
+costs at most one PLACEMENT_ROUND_SECONDS of delay (the periodic round), so failures are only
+logged.
 
 round_request_at(at) asks for a round task at a given moment, when an executor knows something
 will happen then (a job ends on its own): one such wake-up is queued at a time, the earliest (its
-due time is the mark's value); once that time has come, the next request queues the next one."""
+due time is the mark's value); the wake-up's task takes its mark as it starts, before its tick,
+whose request for the next moment then queues the next one.
+
+Only the task a mark queued takes it: a round task run for another reason (the beat's, a
+wake-up) leaves the queued request's mark alone, as the request's task is still coming. When
+any round task cleared it, a busy worker's queue grew by one task whenever a request came while
+the queued one waited behind others (on Kueue's admission fixture ~600 stale round tasks, the
+worker 13 s behind their due times by the end, each running a tick and a round that found
+nothing to do)."""
 
 from __future__ import annotations
 
@@ -67,8 +75,8 @@ def _first_in_window() -> bool:
 
 
 def round_request_taken() -> None:
-    """The queued round starts now, before reading its snapshot: later requests queue the next.
-    (A wake-up's mark needs no taking: once its time has come it holds back no later one.)"""
+    """The round task round_request queued starts now, before reading its snapshot: later
+    requests queue the next."""
     try:
         client = _redis()
         if client is not None:
@@ -86,7 +94,7 @@ def round_request() -> None:
 
     try:
         if _first_in_window():
-            placement_round_task.apply_async(countdown=DEBOUNCE_SECONDS, expires=30)
+            placement_round_task.apply_async(kwargs={"requested": True}, countdown=DEBOUNCE_SECONDS, expires=30)
     except Exception:
         log.exception("could not request a placement round; the periodic round will run it")
 
@@ -94,25 +102,41 @@ def round_request() -> None:
 def round_request_at(at: datetime) -> None:
     """Run a round at `at`, when an executor knows something happens then (a job ends on its own:
     Executor.next_report_at); the round task's executor tick sees it first. One wake-up is
-    queued at a time, the earliest: when it comes, its round task's tick asks for the next. Without Redis (the
-    demo) nothing is queued and the periodic round sees it, as a lost wake-up would."""
+    queued at a time, the earliest: when its task starts, its tick asks for the next. Without
+    Redis (the demo) nothing is queued and the periodic round sees it, as a lost wake-up would."""
     from scheduling.tasks import placement_round_task  # start-up cycle, as in round_request
 
     client = _redis()
     if client is None:
         return
-    due, now = at.timestamp(), timezone.now().timestamp()
+    due = at.timestamp()
     try:
         queued = client.get(_key(WAKEUP_KEY))
-        # One still to come, and no later than this: its tick asks for this one. (One whose time has
-        # come is being run, or was: the tick asking now is probably its own.)
-        if queued is not None and now < float(queued) <= due:
+        # One queued and not started, no later than this (also when its time has passed and the worker
+        # is behind): its tick sees this moment's change or asks for it.
+        if queued is not None and float(queued) <= due:
             return
-        ahead = max(0.0, due - now)
+        ahead = max(0.0, due - timezone.now().timestamp())
         client.set(_key(WAKEUP_KEY), repr(due), ex=int(ahead) + PENDING_TTL_SECONDS)
-        placement_round_task.apply_async(eta=at, expires=ahead + 30)
+        placement_round_task.apply_async(kwargs={"wakeup": due}, eta=at, expires=ahead + 30)
     except Exception:
         log.exception("could not queue a wake-up round; the periodic round will see it")
+
+
+# Deletes the mark only while it is still the given wake-up's (an earlier one may have replaced it).
+_TAKE_IF_MINE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+
+
+def round_wakeup_taken(due: float) -> None:
+    """The wake-up queued for `due` starts now, before its tick: the tick's request for the next
+    moment queues the next wake-up. A wake-up an earlier one replaced leaves that one's mark."""
+    client = _redis()
+    if client is None:
+        return
+    try:
+        client.eval(_TAKE_IF_MINE, 1, _key(WAKEUP_KEY), repr(due))
+    except Exception:
+        log.exception("could not clear the wake-up mark; it expires in %s s", PENDING_TTL_SECONDS)
 
 
 def round_request_at_on_commit(at: datetime) -> None:

@@ -263,15 +263,22 @@ def test_requests_share_the_queued_round_until_it_starts_then_queue_the_next(
         workload_submit(spec=training("c", 8), actor=ops)
     assert len(sent) == 1 and sent[0]["countdown"] == round_requests.DEBOUNCE_SECONDS
 
-    # The queued round runs (as the worker does): it admits what the burst submitted, and a
-    # change after it started queues the next round at once, with no window to wait out.
+    # A round task run for another reason (the beat's) does not take the queued request: a change
+    # after it still shares the queued round, which is yet to come.
     tasks.placement_round_task()
     assert Workload.objects.get(pk=first.pk).state == WorkloadState.RUNNING
+    with django_capture_on_commit_callbacks(execute=True):
+        workload_submit(spec=training("d", 8), actor=ops)
+    assert len(sent) == 1
+
+    # The queued round runs (as the worker does, with what was sent), and a change after it
+    # started queues the next round at once, with no window to wait out.
+    tasks.placement_round_task(**sent[0]["kwargs"])
     with django_capture_on_commit_callbacks(execute=True):
         workload_cancel(workload=first, actor=ops)
     assert len(sent) == 2
     with django_capture_on_commit_callbacks(execute=True):
-        workload_submit(spec=training("d", 8), actor=ops)
+        workload_submit(spec=training("e", 8), actor=ops)
     assert len(sent) == 2  # shares the round the cancel queued, which has not started
 
 

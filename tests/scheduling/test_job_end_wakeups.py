@@ -61,12 +61,13 @@ def test_a_tick_queues_one_round_for_the_next_job_end(research_queue, clock, wak
         executor_tick(now=clock.now)
     assert len(wakeups) == 1
 
-    # The wake-up comes: the round task runs, its tick finishes the short job and queues the next end.
+    # The wake-up comes: its round task (as queued) runs, its tick finishes the short job and queues
+    # the next end.
     clock.advance(90)
     with django_capture_on_commit_callbacks(execute=True):
         from scheduling.tasks import placement_round_task
 
-        outcome = placement_round_task()
+        outcome = placement_round_task(**wakeups[0]["kwargs"])
     assert outcome["finished"] == 1
     assert Workload.objects.get(name="short").state == WorkloadState.SUCCEEDED
     # (its release also asked for a round at once, the usual request: countdown, no eta)
@@ -74,13 +75,28 @@ def test_a_tick_queues_one_round_for_the_next_job_end(research_queue, clock, wak
                                                          started + timedelta(seconds=500)]
 
 
-def test_a_wake_up_whose_time_has_come_does_not_hold_back_the_next(research_queue, clock, wakeups):
-    # The round task at a wake-up runs its tick while the wake-up is still marked: the tick's request for the
-    # next end must not be absorbed by the wake-up being run.
-    round_requests._redis().set(round_requests._key(round_requests.WAKEUP_KEY), repr(clock.now.timestamp()))
+def test_a_queued_wake_up_covers_later_ends_until_its_own_task_starts(research_queue, clock, wakeups):
+    # A busy worker runs the wake-up after its time: until then its tick is still to come and will ask
+    # for what ends later, so nothing more is queued (each tick used to queue another, and the worker's
+    # queue grew while it was behind). An earlier moment is queued, and only the task of the wake-up
+    # that holds the mark takes it.
+    def etas() -> list:
+        return [w["eta"] for w in wakeups]
+
+    late = clock.now - timedelta(seconds=5)
+    round_requests.round_request_at(late)
     round_requests.round_request_at(clock.now + timedelta(seconds=30))
-    round_requests.round_request_at(clock.now + timedelta(seconds=60))  # a later one: the first covers it
-    assert [w["eta"] for w in wakeups] == [clock.now + timedelta(seconds=30)]
+    assert etas() == [late]
+    earlier = late - timedelta(seconds=5)
+    round_requests.round_request_at(earlier)
+    assert etas() == [late, earlier] and wakeups[-1]["kwargs"] == {"wakeup": earlier.timestamp()}
+
+    round_requests.round_wakeup_taken(late.timestamp())  # replaced: the earlier one's mark stays
+    round_requests.round_request_at(clock.now + timedelta(seconds=30))
+    assert len(wakeups) == 2
+    round_requests.round_wakeup_taken(earlier.timestamp())
+    round_requests.round_request_at(clock.now + timedelta(seconds=30))
+    assert etas()[-1] == clock.now + timedelta(seconds=30)
 
 
 def test_the_gpus_of_a_job_that_ended_go_to_the_waiting_work_in_the_same_round_task(research_queue, clock):
