@@ -87,20 +87,17 @@ def _assignments(workload_ids: list[int]) -> tuple[dict[int, list[ReplicaAssignm
             gpus[wid][(ps, replica, node)].append((index, milli, mig))
             kinds.setdefault(wid, kind)
     out = {
-        wid: [
-            ReplicaAssignment(
-                pod_set=ps,
-                replica=r,
-                node=node,
-                gpus=tuple(sorted(i for i, _, _ in g)),
-                milli=g[0][1],
-                mig_instances=tuple(m for _, _, m in g if m),
-            )
-            for (ps, r, node), g in sorted(by_replica.items())
-        ]
+        wid: [replica_assignment(ps, r, node, g) for (ps, r, node), g in sorted(by_replica.items())]
         for wid, by_replica in gpus.items()
     }
     return out, kinds
+
+
+def replica_assignment(pod_set: str, replica: int, node: str, gpus: list[tuple[int, int, str]]) -> ReplicaAssignment:
+    """What an executor is given of one replica: its GPUs as (index, milli, MIG instance) on `node`
+    (a share's milli is the same on each of its GPUs)."""
+    return ReplicaAssignment(pod_set=pod_set, replica=replica, node=node, gpus=tuple(sorted(i for i, _, _ in gpus)),
+                             milli=gpus[0][1], mig_instances=tuple(m for _, _, m in gpus if m))
 
 
 def workloads_start(*, actor: Actor = EXECUTOR_ACTOR, now: datetime | None = None) -> int:

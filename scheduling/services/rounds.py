@@ -41,14 +41,21 @@ from core.audit import audit_record
 from core.collector import collector_paused
 from scheduling.choices import WorkloadState
 from scheduling.engine.types import Admit, ReplicaPlacement, RoundResult, WorkloadSpec
-from scheduling.executors import ReplicaAssignment
 from scheduling.models import PlacementRound, SchedulerLock, Workload
 from scheduling.snapshot import SnapshotIndex, _aware, _raw_rows, considered_window, placements_to_json
 from scheduling.state_cache import current_xact, round_committed, round_decide, round_state
 
 from .allocation import AllocationRow, GangClaim, allocations_claim
 from .bulk import by_ids, locked_by_ids, rows_update
-from .execution import EXECUTOR_ACTOR, STARTED_FIELDS, GangStart, gangs_start_in_commit, started_record, workloads_start
+from .execution import (
+    EXECUTOR_ACTOR,
+    STARTED_FIELDS,
+    GangStart,
+    gangs_start_in_commit,
+    replica_assignment,
+    started_record,
+    workloads_start,
+)
 from .round_requests import round_request_on_commit
 from .transitions import WAITING, transitions_record_bulk
 from .workloads import workload_preempt
@@ -323,10 +330,8 @@ def _gangs(placed: list[int], waiting: dict[int, Claimable], by_id: dict[int, Ad
             claim.requeue_count,
             claim.run_seconds,
             claim.resume_step,
-            [ReplicaAssignment(pod_set=p.pod_set, replica=p.replica, node=p.node,
-                               gpus=tuple(sorted(g.index for g in p.gpus)), milli=p.gpus[0].milli,
-                               mig_instances=tuple(g.mig_instance for g in p.gpus if g.mig_instance))
-             for p in placements],
+            [replica_assignment(p.pod_set, p.replica, p.node,
+                                [(g.index, g.milli, g.mig_instance or "") for g in p.gpus]) for p in placements],
         )
     return out
 
@@ -335,8 +340,9 @@ def _mark_admitted(
     placed: list[int], waiting: dict[int, Claimable], by_id: dict[int, Admit], actor: Actor, now: datetime, *,
     started: dict[int, tuple[str, str]], started_at: datetime,
 ) -> None:
-    """The placed workloads become admitted, one statement for all; those in `started` (executor
-    kind, job id) running as well, started at `started_at`: their executor started them in this transaction."""
+    """The placed workloads become admitted, one statement for those left to start and one for those
+    in `started` (executor kind, job id), which are running as well, started at `started_at`: their
+    executor started them in this transaction."""
     if not placed:
         return
 
