@@ -37,7 +37,7 @@ from .engine.types import (
     Topology,
     WorkloadSpec,
 )
-from .models import Allocation, PodSet, Preemption, PriorityClass, Queue, QueueQuota, Workload
+from .models import Allocation, PodSet, Preemption, PriorityClass, Queue, Workload
 from .usage import held_by_queue, held_gpus
 
 SHAREABLE = (SharingMode.TIME_SLICING, SharingMode.MPS)
@@ -224,18 +224,22 @@ def _load_nodes(index: SnapshotIndex, held: list[tuple], only: list[int] | None 
 
 
 def _load_queues(held: list[tuple], flavor_of_node: dict[int, str], queue_of: dict[int, str]) -> dict[str, QueueView]:
-    queues = {
-        name: QueueView(name=name, team=team, cohort=cohort, quotas={}, reclaim_within_cohort=ReclaimPolicy(reclaim),
-                        borrow_non_preemptible=bool(lend_firm))
-        for name, team, cohort, reclaim, lend_firm in Queue.objects.values_list(
-            "name", "team__name", "cohort__name", "reclaim_within_cohort", "borrow_non_preemptible"
-        )
-    }
-    quota_rows = QueueQuota.objects.values_list(
-        "queue__name", "flavor__name", "nominal", "borrowing_limit", "lending_limit"
+    # One statement for the queues and their quotas (a queue without one comes back once, its quota
+    # columns null): every round reads them, and each round trip costs a task its share of the
+    # wait for PostgreSQL while the API commits submissions.
+    queues: dict[str, QueueView] = {}
+    rows = Queue.objects.order_by("name", "quotas__flavor__name").values_list(
+        "name", "team__name", "cohort__name", "reclaim_within_cohort", "borrow_non_preemptible",
+        "quotas__flavor__name", "quotas__nominal", "quotas__borrowing_limit", "quotas__lending_limit",
     )
-    for queue, flavor, nominal, borrow, lend in quota_rows:
-        queues[queue].quotas[flavor] = Quota(nominal=nominal, borrowing_limit=borrow, lending_limit=lend)
+    for name, team, cohort, reclaim, lend_firm, flavor, nominal, borrow, lend in rows:
+        queue = queues.get(name)
+        if queue is None:
+            queue = queues[name] = QueueView(name=name, team=team, cohort=cohort, quotas={},
+                                             reclaim_within_cohort=ReclaimPolicy(reclaim),
+                                             borrow_non_preemptible=bool(lend_firm))
+        if flavor is not None:
+            queue.quotas[flavor] = Quota(nominal=nominal, borrowing_limit=borrow, lending_limit=lend)
     for (queue, flavor), gpus in _held_by_queue(held, flavor_of_node, queue_of).items():
         if queue in queues:
             queues[queue].usage[flavor] = gpus
@@ -373,7 +377,12 @@ for _model in (Workload, PodSet):
     post_delete.connect(spec_cache_clear, sender=_model, dispatch_uid=f"spec-cache-{_model.__name__}-del")
 
 
-def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, tuple[ReplicaPlacement, ...]]]:
+def _load_pending(index: SnapshotIndex, flavors_seen: object = None
+                  ) -> tuple[list[WorkloadSpec], dict[int, tuple[ReplicaPlacement, ...]]]:
+    """The waiting workloads a round considers, as specs (from the spec cache while their rows and
+    the flavors' names are unchanged). `flavors_seen`: a token that changes whenever a flavor may
+    have been renamed (the state cache's reload, which every rename causes), so the names need not
+    be read again each round; None: read them."""
     global _spec_cache, _spec_scope
     rows = _raw_rows(_considered(*considered_window()).order_by("submitted_at", "pk").values_list(*PENDING_COLUMNS))
     if not rows:
@@ -381,7 +390,7 @@ def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, t
     scope = (
         connection.vendor,
         connection.settings_dict.get("NAME"),
-        tuple(GpuFlavor.objects.order_by("pk").values_list("pk", "name")),
+        tuple(GpuFlavor.objects.order_by("pk").values_list("pk", "name")) if flavors_seen is None else flavors_seen,
     )
     cache = _spec_cache if scope == _spec_scope else {}
     hits = {row[0]: cache[row[0]] for row in rows if row[0] in cache and cache[row[0]][0] == row[1:SPEC_COLUMNS]}

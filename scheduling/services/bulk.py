@@ -21,36 +21,56 @@ def rows_update(
     fields: Sequence[str],
     rows: dict[int, tuple],
     states: Sequence[str] = (),
+    skip_locked: bool = False,
 ) -> int:
     """Set `fields` of each row `pk` to `rows[pk]` (a tuple in `fields` order, JSON fields as
     Python values, as on a model). With `states`, only rows whose `state` is one of them are
-    written (a row that moved on since it was read is left alone). Returns the rows written."""
+    written (a row that moved on since it was read is left alone). With `skip_locked`, rows
+    another transaction holds are left alone too, never waited for (PostgreSQL; SQLite has one
+    writer at a time). Returns the rows written."""
     if not rows:
         return 0
     if connection.vendor != "postgresql":
-        if states:  # the caller's transaction holds SQLite's single writer lock from here on
-            current: set[int] = set()
-            for part in by_ids(model.objects.filter(state__in=states), list(rows)):
-                current.update(part.values_list("pk", flat=True))
-            rows = {pk: values for pk, values in rows.items() if pk in current}
-        objs = []
-        for pk, values in rows.items():
-            obj = model(pk=pk)
-            for name, value in zip(fields, values, strict=True):
-                setattr(obj, name, value)
-            objs.append(obj)
-        model.objects.bulk_update(objs, list(fields), batch_size=500)
-        return len(objs)
+        with transaction.atomic():  # SQLite's single writer lock from the state read to the write
+            if states:
+                current: set[int] = set()
+                for part in by_ids(model.objects.filter(state__in=states), list(rows)):
+                    current.update(part.values_list("pk", flat=True))
+                rows = {pk: values for pk, values in rows.items() if pk in current}
+            objs = []
+            for pk, values in rows.items():
+                obj = model(pk=pk)
+                for name, value in zip(fields, values, strict=True):
+                    setattr(obj, name, value)
+                objs.append(obj)
+            model.objects.bulk_update(objs, list(fields), batch_size=500)
+            return len(objs)
     columns = [model._meta.get_field(name) for name in fields]
+    where, params = _condition(model._meta.db_table, list(states), sorted(rows) if skip_locked else None)
     if len(rows) >= COPY_FROM_ROWS:
-        return _rows_update_copy(model._meta.db_table, columns, rows, list(states))
-    return _rows_update_unnest(model._meta.db_table, columns, rows, list(states))
+        return _rows_update_copy(model._meta.db_table, columns, rows, where, params)
+    return _rows_update_unnest(model._meta.db_table, columns, rows, where, params)
+
+
+def _condition(table: str, states: list[str], lock: list[int] | None) -> tuple[str, list]:
+    """The WHERE beyond the row's id: its state among `states`, and with `lock` (the ids, sorted)
+    only the rows this statement could lock at once, taken in primary-key order as every writer of
+    many rows takes them (one statement: no read of the rows, then a second round trip)."""
+    where, params = "", []
+    if states:
+        where, params = " AND t.state = ANY(%s)", [states]
+    if lock is not None:
+        quote = connection.ops.quote_name
+        where += (f" AND t.id IN (SELECT l.id FROM {quote(table)} AS l WHERE l.id = ANY(%s::bigint[])"
+                  f"{' AND l.state = ANY(%s)' if states else ''} ORDER BY l.id FOR UPDATE SKIP LOCKED)")
+        params += [lock] + ([states] if states else [])
+    return where, params
 
 
 _temp_tables = itertools.count()
 
 
-def _rows_update_copy(table, columns, rows, states: list[str]) -> int:
+def _rows_update_copy(table, columns, rows, where: str, params: list) -> int:
     """Many rows: COPY them into a temporary table, then one UPDATE ... FROM it (the arrays of
     _rows_update_unnest are quoted value by value in Python; COPY's rows are formatted in C)."""
     quote = connection.ops.quote_name
@@ -72,15 +92,11 @@ def _rows_update_copy(table, columns, rows, states: list[str]) -> int:
              for pk, vals in rows.items()],
         )
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {quote(table)} AS t SET {sets} FROM {temp} AS v "
-                f"WHERE t.id = v.id{' AND t.state = ANY(%s)' if states else ''}",
-                [states] if states else [],
-            )
+            cursor.execute(f"UPDATE {quote(table)} AS t SET {sets} FROM {temp} AS v WHERE t.id = v.id{where}", params)
             return cursor.rowcount
 
 
-def _rows_update_unnest(table, columns, rows, states: list[str]) -> int:
+def _rows_update_unnest(table, columns, rows, where: str, params: list) -> int:
     """One UPDATE ... FROM unnest(arrays): one bound value per column however many rows, so
     neither the client nor the server parses a statement that grows with the row count. JSON
     columns travel as text and are cast back per row."""
@@ -96,12 +112,9 @@ def _rows_update_unnest(table, columns, rows, states: list[str]) -> int:
     )
     aliases = ", ".join(["id"] + [f"v{i}" for i in range(len(columns))])
     casts = ", ".join(["%s::bigint[]"] + [f"%s::{'text' if t == 'jsonb' else t}[]" for t in types])
-    sql = (
-        f"UPDATE {quote(table)} AS t SET {sets} FROM unnest({casts}) AS v({aliases}) "
-        f"WHERE t.id = v.id{' AND t.state = ANY(%s)' if states else ''}"
-    )
+    sql = f"UPDATE {quote(table)} AS t SET {sets} FROM unnest({casts}) AS v({aliases}) WHERE t.id = v.id{where}"
     with connection.cursor() as cursor:
-        cursor.execute(sql, arrays + ([states] if states else []))
+        cursor.execute(sql, arrays + params)
         return cursor.rowcount
 
 

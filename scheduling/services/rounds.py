@@ -433,21 +433,17 @@ def pending_info_save(result: RoundResult, *, loaded: dict[int, tuple] | None = 
     changed = {pk: values for pk, values in wanted.items() if pk in current and current[pk] != values}
     if not changed:
         return 0
-    with transaction.atomic():
-        # Rows another transaction holds are left as they are, never waited for: a round committing
-        # meanwhile (a second worker's) locks the waiting rows it admits and reserves for over several
-        # statements, so waiting here could close a cycle with it (a deadlock, found with two worker
-        # processes on the admission benchmark); that round writes those rows' reasons itself.
-        free: list[int] = []
-        for part in by_ids(Workload.objects.filter(state__in=WAITING).order_by("pk")
-                           .select_for_update(skip_locked=True), sorted(changed)):
-            free.extend(part.values_list("pk", flat=True))
-        return rows_update(
-            model=Workload,
-            fields=["pending_reason", "pending_message", "estimated_start_at", "estimated_start_basis"],
-            rows={pk: changed[pk] for pk in free},
-            states=WAITING,
-        )
+    # Rows another transaction holds are left as they are, never waited for (skip_locked): a round
+    # committing meanwhile (a second worker's) locks the waiting rows it admits and reserves for over
+    # several statements, so waiting here could close a cycle with it (a deadlock, found with two
+    # worker processes on the admission benchmark); that round writes those rows' reasons itself.
+    return rows_update(
+        model=Workload,
+        fields=["pending_reason", "pending_message", "estimated_start_at", "estimated_start_basis"],
+        rows=changed,
+        states=WAITING,
+        skip_locked=True,
+    )
 
 
 def _eta_at(eta: float | None) -> datetime | None:

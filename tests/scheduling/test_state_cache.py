@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 
 from core.actors import Actor
 from fleet.choices import GpuHealth
-from fleet.models import Gpu, Node
+from fleet.models import Gpu, GpuFlavor, Node
 from fleet.services import gpu_health_set, node_cordon
 from scheduling.choices import WorkloadState
 from scheduling.engine.snapshot import Capacity
@@ -247,3 +247,28 @@ def test_bulk_writes_by_copy_keep_the_audit_rows_and_the_guard_against_double_al
             rows=[(gangs[3].pk, held.pod_set_id, 9, held.gpu_id, held.node_id, True, 1000, "", clock.now)],
         )
     assert_cache_equals_reload(clock)
+
+
+def test_a_renamed_flavor_reaches_the_specs_of_the_waiting_workloads(fleet, clock):
+    def flavors_asked() -> set[str]:
+        with round_state(now=clock.now) as (cached, _index, _capacity):
+            return {ps.flavor for spec in cached.pending for ps in spec.pod_sets}
+
+    _submit("waits", 8)
+    assert flavors_asked() == {fleet.name}  # the round after it, on the cache, keeps its spec
+    GpuFlavor.objects.filter(pk=fleet.pk).update(name="h100-sxm-renamed")
+
+    assert flavors_asked() == {"h100-sxm-renamed"}
+    assert_cache_equals_reload(clock)
+
+
+def test_a_round_sees_every_queue_with_its_quotas_and_those_without_any(fleet, team, clock):
+    spare = Queue.objects.create(name="spare-q", team=team)
+    other = GpuFlavor.objects.create(name="l40s", product="NVIDIA L40S", memory_mib=46068)
+    QueueQuota.objects.create(queue=spare, flavor=other, nominal=0, borrowing_limit=4)
+    Queue.objects.create(name="empty-q", team=team)
+
+    with round_state(now=clock.now) as (cached, _index, _capacity):
+        quotas = {name: {f: (q.nominal, q.borrowing_limit) for f, q in queue.quotas.items()}
+                  for name, queue in cached.queues.items()}
+    assert quotas == {"empty-q": {}, "research-q": {fleet.name: (48, None)}, "spare-q": {"l40s": (0, 4)}}
