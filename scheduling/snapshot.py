@@ -377,12 +377,7 @@ for _model in (Workload, PodSet):
     post_delete.connect(spec_cache_clear, sender=_model, dispatch_uid=f"spec-cache-{_model.__name__}-del")
 
 
-def _load_pending(index: SnapshotIndex, flavors_seen: object = None
-                  ) -> tuple[list[WorkloadSpec], dict[int, tuple[ReplicaPlacement, ...]]]:
-    """The waiting workloads a round considers, as specs (from the spec cache while their rows and
-    the flavors' names are unchanged). `flavors_seen`: a token that changes whenever a flavor may
-    have been renamed (the state cache's reload, which every rename causes), so the names need not
-    be read again each round; None: read them."""
+def _load_pending(index: SnapshotIndex) -> tuple[list[WorkloadSpec], dict[int, tuple[ReplicaPlacement, ...]]]:
     global _spec_cache, _spec_scope
     rows = _raw_rows(_considered(*considered_window()).order_by("submitted_at", "pk").values_list(*PENDING_COLUMNS))
     if not rows:
@@ -390,7 +385,7 @@ def _load_pending(index: SnapshotIndex, flavors_seen: object = None
     scope = (
         connection.vendor,
         connection.settings_dict.get("NAME"),
-        tuple(GpuFlavor.objects.order_by("pk").values_list("pk", "name")) if flavors_seen is None else flavors_seen,
+        tuple(GpuFlavor.objects.order_by("pk").values_list("pk", "name")),
     )
     cache = _spec_cache if scope == _spec_scope else {}
     hits = {row[0]: cache[row[0]] for row in rows if row[0] in cache and cache[row[0]][0] == row[1:SPEC_COLUMNS]}

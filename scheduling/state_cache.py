@@ -346,9 +346,7 @@ class StateCache:
         for (queue, flavor), gpus in self.usage.items():
             if queue in queues:
                 queues[queue].usage[flavor] = gpus
-        # A flavor renamed is a journalled 'r' change, which reloads the cache: its reload time stands
-        # for the flavors' names in the spec cache's scope (one statement fewer a round).
-        pending, reservations = _load_pending(index, flavors_seen=("state cache", id(self), self.loaded_at))
+        pending, reservations = _load_pending(index)
         if self.lists is None or self.lists[0] != self.generation:
             # The engine never changes a snapshot: rounds of one generation share these lists.
             self.lists = (self.generation, list(self.views.values()),
