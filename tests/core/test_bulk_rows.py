@@ -1,7 +1,7 @@
 """What the bulk writers (core.bulk.insert_rows, scheduling.services.bulk.rows_update) write reads
-back exactly as given, by either PostgreSQL path (few rows: bound arrays or one statement of rows; many: COPY) and on
-SQLite: text that array literals and COPY escape, JSON values, timestamps to the microsecond with offsets,
-durations, floats, nulls."""
+back exactly as given, by either PostgreSQL path (few rows: one array parameter per column; many:
+COPY) and on SQLite: text that array literals and COPY escape, JSON values, timestamps to the
+microsecond with offsets, durations, floats, nulls."""
 import math
 from datetime import UTC, datetime, timedelta, timezone
 
