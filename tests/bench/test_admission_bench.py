@@ -296,6 +296,24 @@ def test_the_worker_busy_share_splits_each_task_over_the_windows_it_ran_in():
     assert _busy_by_window([(0.0, 0.5), (0.75, 1.25), (2.0, 2.2)], 0.5, 3) == [100.0, 50.0, 50.0]
 
 
+@pytest.mark.parametrize(("node_gpus", "classes", "bound"), [
+    # Kueue's fixture on 75 nodes x 8: the 8-GPU parts (2 per large gang, 1 s), the 5-GPU medium
+    # jobs (0.5 s) and half of each 4-GPU part: (1,500 x 2.5 + 3,000 x 0.5) node-seconds / 75 nodes.
+    (8, None, 70.0),
+    # 10-GPU nodes: large gangs are 10 + 10, a medium job holds half a node.
+    (10, None, 62.5),
+    # Parts of at most a third of a node can always run beside each other: no node is held whole.
+    (8, (WorkloadClass("one", gpus=1, runtime_ms=1000, priority=1, interval_ms=100, count=10),), 0.0),
+    # Two 4-GPU parts share an 8-GPU node, so each holds half of one; a 12-GPU gang is 8 + 4: one and
+    # a half nodes. 30 queues x (6 x 0.5 + 2 x 1.5) node-seconds / 75 nodes.
+    (8, (WorkloadClass("four", gpus=4, runtime_ms=1000, priority=1, interval_ms=100, count=6),
+         WorkloadClass("twelve", gpus=12, runtime_ms=1000, priority=1, interval_ms=100, count=2)), 2.4),
+])
+def test_the_node_packing_bound_counts_the_node_time_parts_of_half_a_node_or_more_hold(node_gpus, classes, bound):
+    fx = Fixture(node_gpus=node_gpus) if classes is None else Fixture(node_gpus=node_gpus, classes=classes)
+    assert fx.packing_bound_s() == pytest.approx(bound)
+
+
 def test_the_goal_is_kueues_rate_times_ten_at_its_quota_usage_and_a_sweep_shows_each_speed_up():
     from dataclasses import replace
 
