@@ -159,6 +159,52 @@ def test_mig_instances_shares_and_host_resources_a_round_takes_match_a_full_relo
     assert assert_cache_equals_reload(clock)["kind"] == "delta"
 
 
+def test_gangs_a_round_starts_in_its_commit_are_in_the_cache_as_a_full_load_finds_them(
+    fleet, clock, django_capture_on_commit_callbacks
+):
+    # The round task's path (start=True): the simulated executor starts the gangs in the commit that
+    # admits them, and the cache takes them in from the rows that commit wrote: MIG instances,
+    # shares, host resources, quota borrowed from the cohort, a requeued gang's checkpoint and
+    # preemption times. The next round (and the one after its jobs end) sees what a full load sees.
+    from scheduling.models import Cohort, Team
+    from scheduling.services import placement_round_run
+    from scheduling.services.workloads import Finish, workload_heartbeat, workload_stop_gang, workloads_finish
+
+    cohort = Cohort.objects.create(name="c")
+    Queue.objects.filter(name="research-q").update(cohort=cohort)
+    QueueQuota.objects.filter(queue__name="research-q").update(nominal=16)
+    lender = Queue.objects.create(name="lender-q", team=Team.objects.create(name="lenders"), cohort=cohort)
+    QueueQuota.objects.create(queue=lender, flavor=fleet, nominal=32)
+    _mig_and_shared_gpus()
+    assert_cache_equals_reload(clock)
+
+    again = _submit("again", 8, checkpoint={"enabled": True, "write_seconds": 10})
+    placement_round_run(actor=OPS, now=clock.now, start=True)
+    clock.advance(120)
+    workload_heartbeat(workload=Workload.objects.get(pk=again.pk), step=100, checkpoint_at=clock.now, actor=OPS,
+                       now=clock.now)
+    workload_stop_gang(workload=Workload.objects.get(pk=again.pk), reason="drain", actor=OPS, now=clock.now)
+    assert Workload.objects.get(pk=again.pk).state == WorkloadState.REQUEUED
+    assert_cache_equals_reload(clock)
+
+    clock.advance(30)
+    jobs = _submit_shapes(fleet, MIXED)
+    borrower = _submit("borrower", 16)
+    placement_round_run(actor=OPS, now=clock.now, start=True)
+    started = Workload.objects.filter(pk__in=[again.pk, borrower.pk, *(j.pk for j in jobs.values())],
+                                      state=WorkloadState.RUNNING)
+    assert started.count() == 5
+    assert any(w.borrowed for w in started)  # 24 whole GPUs and more: beyond research-q's nominal 16
+    assert assert_cache_equals_reload(clock)["kind"] == "delta"
+
+    # Their end as the executor tick writes it: the cache gives back what it took in, CPU and memory too.
+    clock.advance(60)
+    with django_capture_on_commit_callbacks(execute=True):
+        workloads_finish(finishes=[Finish(workload=w, succeeded=True, reason="done") for w in started
+                                   if w.name != "mig"], actor=OPS, now=clock.now)
+    assert_cache_equals_reload(clock)
+
+
 def test_gpus_shares_and_host_resources_jobs_give_back_when_they_end_match_a_full_reload(
     fleet, clock, django_capture_on_commit_callbacks
 ):
