@@ -163,9 +163,9 @@ def test_gangs_a_round_starts_in_its_commit_are_in_the_cache_as_a_full_load_find
     fleet, clock, django_capture_on_commit_callbacks
 ):
     # The round task's path (start=True): the simulated executor starts the gangs in the commit that
-    # admits them, and the cache takes them in from the rows that commit wrote: MIG instances,
-    # shares, host resources, quota borrowed from the cohort, a requeued gang's checkpoint and
-    # preemption times. The next round (and the one after its jobs end) sees what a full load sees.
+    # admits them (MIG instances, shares, host resources, quota borrowed from the cohort, a requeued
+    # gang's checkpoint and preemption times), and the tick's bulk finish ends them. After each, the
+    # next round sees what a full load sees.
     from scheduling.models import Cohort, Team
     from scheduling.services import placement_round_run
     from scheduling.services.workloads import Finish, workload_heartbeat, workload_stop_gang, workloads_finish
