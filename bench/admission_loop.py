@@ -821,7 +821,7 @@ def simulate_production(fx: Fixture, *, speedup: float = 1.0, api_workers: int =
             return False
         checked[0] = time.time()
         # Every workload submitted (the API processes are done) and none left waiting or running: one
-        # index probe, where counting the finished ones took ~2.5 ms of this, the worker's, loop.
+        # index probe. Counting the finished ones cost this loop, the worker's, ~2.5 ms each time.
         return not Workload.objects.filter(state__in=WAITING_STATES + ACTIVE_STATES).exists()
 
     try:

@@ -15,8 +15,14 @@ from fleet.models import Gpu, GpuFlavor, Node
 from fleet.services import gpu_health_set, node_cordon
 from scheduling.choices import WorkloadState
 from scheduling.engine.snapshot import Capacity
-from scheduling.models import Allocation, Queue, QueueQuota, StateChange, Workload
-from scheduling.services import workload_cancel, workload_finish, workload_submit
+from scheduling.models import Allocation, Cohort, Queue, QueueQuota, StateChange, Team, Workload
+from scheduling.services import placement_round_run, workload_cancel, workload_finish, workload_submit
+from scheduling.services.workloads import (
+    Finish,
+    workload_heartbeat,
+    workload_stop_gang,
+    workloads_finish,
+)
 from scheduling.snapshot import snapshot_load
 from scheduling.state_cache import round_state, state_cache, state_cache_clear
 from tests.cluster import make_cluster, run_round, training
@@ -166,10 +172,6 @@ def test_gangs_a_round_starts_in_its_commit_are_in_the_cache_as_a_full_load_find
     # admits them (MIG instances, shares, host resources, quota borrowed from the cohort, a requeued
     # gang's checkpoint and preemption times), and the tick's bulk finish ends them. After each, the
     # next round sees what a full load sees.
-    from scheduling.models import Cohort, Team
-    from scheduling.services import placement_round_run
-    from scheduling.services.workloads import Finish, workload_heartbeat, workload_stop_gang, workloads_finish
-
     cohort = Cohort.objects.create(name="c")
     Queue.objects.filter(name="research-q").update(cohort=cohort)
     QueueQuota.objects.filter(queue__name="research-q").update(nominal=16)
@@ -212,8 +214,6 @@ def test_gpus_shares_and_host_resources_jobs_give_back_when_they_end_match_a_ful
     # cache itself (PostgreSQL); a MIG instance, whose free list keeps the GPU's configured order,
     # is left to the next sync's re-read. Either way the next round sees what a full load sees.
     from django.db import connection
-
-    from scheduling.services.workloads import Finish, workloads_finish
 
     _mig_and_shared_gpus()
     jobs = _submit_shapes(fleet, (*MIXED, ("gang", 2, {"gpus_per_replica": 8})))
