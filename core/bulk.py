@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 from django.db import connection, models
 
+from .pipeline import in_pipeline
+
 # From this many rows PostgreSQL gets them by COPY: binding arrays is quoted value by value in
 # Python (Django's client-side binding), COPY's rows are formatted by psycopg's C code.
 COPY_FROM_ROWS = 200
@@ -23,7 +25,7 @@ def insert_rows(*, model: type[models.Model], fields: Sequence[str], rows: Seque
         model.objects.bulk_create([model(**dict(zip(fields, row, strict=True))) for row in rows], batch_size=2000)
         return
     columns = [model._meta.get_field(name) for name in fields]
-    if len(rows) >= COPY_FROM_ROWS:
+    if len(rows) >= COPY_FROM_ROWS and not in_pipeline():  # COPY cannot run in a pipeline
         copy_rows(connection.ops.quote_name(model._meta.db_table), [col.column for col in columns],
                   _json_as_text(columns, rows))
         return

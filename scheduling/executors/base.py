@@ -67,7 +67,8 @@ class Executor(ABC):
     # True when start() touches nothing outside the database and, with next_report_at(), reads only
     # the workload's pk, state, requeue_count, run_seconds, resume_step and started_at: the round task
     # then starts the gangs it admits on this executor's nodes in the transaction that admits them
-    # (one write of each row, and their GPUs wait for no second transaction). Implies starts_running.
+    # (one write of each row, and their GPUs wait for no second transaction), among writes sent back to
+    # back (core.pipeline: a statement's row count is not known there). Implies starts_running.
     starts_in_commit: bool = False
 
     def next_report_at(self, workloads: list[Workload], now: datetime) -> datetime | None:

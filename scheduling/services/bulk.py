@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from django.db import connection, models, transaction
 
 from core.bulk import COPY_FROM_ROWS, column_values, copy_rows
+from core.pipeline import in_pipeline
 
 CHUNK = 2000
 
@@ -47,7 +48,7 @@ def rows_update(
             return len(objs)
     columns = [model._meta.get_field(name) for name in fields]
     where, params = _condition(model._meta.db_table, list(states), sorted(rows) if skip_locked else None)
-    if len(rows) >= COPY_FROM_ROWS:
+    if len(rows) >= COPY_FROM_ROWS and not in_pipeline():  # COPY cannot run in a pipeline
         return _rows_update_copy(model._meta.db_table, columns, rows, where, params)
     return _rows_update_unnest(model._meta.db_table, columns, rows, where, params)
 

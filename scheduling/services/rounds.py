@@ -39,6 +39,7 @@ from django.utils import timezone
 from core.actors import Actor
 from core.audit import audit_record
 from core.collector import collector_paused
+from core.pipeline import pipelined
 from scheduling.choices import WorkloadState
 from scheduling.engine.types import Admit, ReplicaPlacement, RoundResult, WorkloadSpec
 from scheduling.models import PlacementRound, SchedulerLock, Workload
@@ -241,11 +242,13 @@ def _decisions_commit(result: RoundResult, index: SnapshotIndex, actor: Actor, n
         ids = [a.workload_id for a in result.admitted]
         waiting = _claimable(ids)
         claims, stale = _claims(result.admitted, index, waiting)
-        placed, dropped = allocations_claim(claims=claims, now=now)
-        by_id = {a.workload_id: a for a in result.admitted}
-        started_at = max(now, timezone.now())  # the starts happen in this transaction, after the claims
-        started = gangs_start_in_commit(_gangs(placed, waiting, by_id, index), started_at) if start else {}
-        _mark_admitted(placed, waiting, by_id, actor, now, started=started, started_at=started_at)
+        # From the claim's read of the GPUs on, the writes read nothing back: sent back to back.
+        with pipelined():
+            placed, dropped = allocations_claim(claims=claims, now=now)
+            by_id = {a.workload_id: a for a in result.admitted}
+            started_at = max(now, timezone.now())  # the starts happen in this transaction, after the claims
+            started = gangs_start_in_commit(_gangs(placed, waiting, by_id, index), started_at) if start else {}
+            _mark_admitted(placed, waiting, by_id, actor, now, started=started, started_at=started_at)
         report.started = len(started)
         report.dropped = stale + dropped
         report.admitted = [(wid, index.names.get(wid, ""), by_id[wid].placements) for wid in placed]

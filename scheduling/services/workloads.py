@@ -20,6 +20,7 @@ from django.utils import timezone
 from core.actors import Actor
 from core.audit import audit_record, audit_record_many
 from core.models import AuditEvent
+from core.pipeline import pipelined
 from core.roles import may_act_for_team
 from scheduling.choices import ACTIVE_STATES, FINAL_STATES, WorkloadState
 from scheduling.executors import executor_for_kind
@@ -256,43 +257,50 @@ def workloads_finish(*, finishes: list[Finish], actor: Actor, now: datetime | No
         ids = sorted(before)
         if not ids:
             return []
-        allocations_release(workload_ids=ids, now=now)
-        finished_on_commit(ids)  # the state cache gives their GPUs back itself once this commits
-        for start in range(0, len(ids), 5000):
-            Preemption.objects.filter(victim_id__in=ids[start : start + 5000], completed_at__isnull=True).update(
-                completed_at=now, lost_gpu_seconds=0.0
-            )
-        groups: dict[tuple[str, str], list[int]] = {}
-        for pk in ids:
-            f = wanted[pk]
-            to_state = WorkloadState.SUCCEEDED if f.succeeded else WorkloadState.FAILED
-            groups.setdefault((to_state, f.reason), []).append(pk)
-        for with_step in (True, False):
-            fields = ["state", "finished_at"] + (["progress_step"] if with_step else [])
-            rows = {
-                pk: (WorkloadState.SUCCEEDED if wanted[pk].succeeded else WorkloadState.FAILED, now)
-                + ((wanted[pk].step,) if with_step else ())
-                for pk in ids
-                if (wanted[pk].step is not None) == with_step
-            }
-            rows_update(model=Workload, fields=fields, rows=rows)
-        for (to_state, reason), pks in groups.items():
-            transitions_record_bulk(
-                changes=[(pk, before[pk]) for pk in pks], to_state=to_state, reason=reason, actor=actor
-            )
-            for pk in pks:
-                wanted[pk].workload.state = to_state
-                wanted[pk].workload.finished_at = now
-                if wanted[pk].step is not None:
-                    wanted[pk].workload.progress_step = wanted[pk].step
-            audit_record_many(
-                actor=actor,
-                verb=f"workload.{to_state}",
-                reason=reason,
-                entries=[(wanted[pk].workload, {"state": before[pk]}, {"state": to_state}) for pk in pks],
-            )
+        with pipelined():  # the writes read nothing back: sent back to back
+            _finished_write(ids, wanted, before, actor, now)
+            finished_on_commit(ids)  # the state cache gives their GPUs back itself once this commits
         round_request_on_commit()
     return ids
+
+
+def _finished_write(ids: list[int], wanted: dict[int, Finish], before: dict[int, str], actor: Actor,
+                    now: datetime) -> None:
+    """workloads_finish's writes for the locked gangs `ids` (in `before`, their state then)."""
+    allocations_release(workload_ids=ids, now=now)
+    for start in range(0, len(ids), 5000):
+        Preemption.objects.filter(victim_id__in=ids[start : start + 5000], completed_at__isnull=True).update(
+            completed_at=now, lost_gpu_seconds=0.0
+        )
+    groups: dict[tuple[str, str], list[int]] = {}
+    for pk in ids:
+        f = wanted[pk]
+        to_state = WorkloadState.SUCCEEDED if f.succeeded else WorkloadState.FAILED
+        groups.setdefault((to_state, f.reason), []).append(pk)
+    for with_step in (True, False):
+        fields = ["state", "finished_at"] + (["progress_step"] if with_step else [])
+        rows = {
+            pk: (WorkloadState.SUCCEEDED if wanted[pk].succeeded else WorkloadState.FAILED, now)
+            + ((wanted[pk].step,) if with_step else ())
+            for pk in ids
+            if (wanted[pk].step is not None) == with_step
+        }
+        rows_update(model=Workload, fields=fields, rows=rows)
+    for (to_state, reason), pks in groups.items():
+        transitions_record_bulk(
+            changes=[(pk, before[pk]) for pk in pks], to_state=to_state, reason=reason, actor=actor
+        )
+        for pk in pks:
+            wanted[pk].workload.state = to_state
+            wanted[pk].workload.finished_at = now
+            if wanted[pk].step is not None:
+                wanted[pk].workload.progress_step = wanted[pk].step
+        audit_record_many(
+            actor=actor,
+            verb=f"workload.{to_state}",
+            reason=reason,
+            entries=[(wanted[pk].workload, {"state": before[pk]}, {"state": to_state}) for pk in pks],
+        )
 
 
 @dataclass(frozen=True)
