@@ -71,7 +71,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from bench.benchdb import django_setup, drop_database, scratch_database
+from bench.benchdb import django_setup, drop_database, host_reference, scratch_database
 
 # Django and the apps are imported inside the functions below: the benchmark picks its database (a
 # scratch one) at run time, and Django reads DATABASE_URL once, at django.setup().
@@ -1035,7 +1035,7 @@ def _workers_text(processes: int) -> str:
 
 
 def report(fx: Fixture, out: Outcome, submit: str, setup_s: float, mode: str, speedup: float | None = None,
-           api_workers: int = 0, worker_processes: int = DEFAULT_WORKER_PROCESSES) -> str:
+           api_workers: int = 0, worker_processes: int = DEFAULT_WORKER_PROCESSES, host: str = "") -> str:
     from django.conf import settings
 
     from scheduling.services.round_requests import DEBOUNCE_SECONDS
@@ -1061,6 +1061,7 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float, mode: str, sp
         f"PROTECT_BLOCKED_GANGS {'on' if settings.FLEETDECK.get('PROTECT_BLOCKED_GANGS') else 'off'} (lower "
         "priorities leave room for blocked gangs); "
         f"set-up (scratch DB, migrate, fleet) {setup_s:.1f} s, not counted",
+        *([host] if host else []),
         "",
         f"    {'':34} {'Fleetdeck':>12} {'lower bound':>12} {'Kueue baseline':>15}",
         f"    {'wall time (s)':34} {out.wall_s:>12.1f} {bound:>12.1f} {k['wall_s']:>15.1f}",
@@ -1280,6 +1281,7 @@ def _run(args, fx: Fixture, url: str, speedup: float) -> Outcome:
         django_setup(scratch)
         fixture_load(fx)
         setup_s = time.perf_counter() - t0
+        host = host_reference()
         profiler = cProfile.Profile() if args.profile else None
         if profiler:
             profiler.enable()
@@ -1294,7 +1296,7 @@ def _run(args, fx: Fixture, url: str, speedup: float) -> Outcome:
             profiler.disable()
             profiler.dump_stats(args.profile)
         submit = "service" if args.mode == "production" else args.submit
-        print(report(fx, out, submit, setup_s, args.mode, speedup, args.api_workers, args.worker_processes),
+        print(report(fx, out, submit, setup_s, args.mode, speedup, args.api_workers, args.worker_processes, host),
               flush=True)
         if profiler:
             print()

@@ -4,6 +4,7 @@ and the benchmark's loop drives a small Kueue-shaped fixture to the end."""
 from __future__ import annotations
 
 import random
+import re
 from datetime import timedelta
 
 import pytest
@@ -23,6 +24,7 @@ from bench.admission_loop import (
     simulate_production,
     submit_service,
 )
+from bench.benchdb import host_reference
 from core.actors import Actor
 from core.models import AuditEvent
 from scheduling.choices import WorkloadState
@@ -288,6 +290,15 @@ def test_the_production_path_runs_the_fixture_through_the_api_and_the_worker_pro
     assert len(out.worker_busy_by_window) == len(out.held_by_window)
     assert all(0 <= busy <= 100 * processes + 1e-6 for busy in out.worker_busy_by_window)
     assert sum(out.worker_busy_by_window) > 0
+
+
+@pytest.mark.django_db
+def test_the_output_says_how_fast_the_host_runs_python_and_a_database_round_trip():
+    # Runs of the same code differ by tens of seconds between hosts: the output carries both speeds.
+    line = host_reference()
+    loop, trip = (float(n) for n in re.search(r"loop (\d+) ns per iteration.* round trip through Django (\d+) us",
+                                               line).groups())
+    assert 0 < loop < 10_000 and 0 < trip < 100_000
 
 
 def test_the_worker_busy_share_splits_each_task_over_the_windows_it_ran_in():
