@@ -392,3 +392,14 @@ def test_an_executor_tick_reads_no_column_per_job(research_queue, clock):
     # Ending 2 jobs or 16 takes the same statements: the columns a tick leaves behind
     # (TICK_UNREAD) are never loaded one job at a time.
     assert tick_queries(2) == tick_queries(16)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_pipeline_comparison_runs_both_sides_on_the_same_cycles(require_postgres):
+    from bench.pipeline_ab import run
+
+    out = run(cycles=4, per_cycle=3)  # it raises unless every cycle admitted and ended all 3
+
+    rows = {line.strip().split("  ")[0]: line for line in out.splitlines() if line.startswith("    ")}
+    assert {"one statement at a time", "pipelined"} <= set(rows)
+    assert Workload.objects.filter(state=WorkloadState.SUCCEEDED).count() == 12
