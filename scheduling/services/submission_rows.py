@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from functools import cache
 
+import psycopg
 from django.db import connection, models, transaction
 from django.db.models.signals import post_save
 
@@ -46,7 +47,12 @@ def submitted_rows_insert(*, draft: WorkloadDraft, spec: dict, actor: Actor, now
     for pod_set in pod_sets:
         params += _values(_fields(PodSet), pod_set)
     params += _values(_fields(WorkloadTransition), transition) + _values(_fields(AuditEvent), event)
-    with connection.cursor() as cursor:
+    connection.ensure_connection()
+    # Bound server-side ($n placeholders, the values sent beside the statement): its 65 values are
+    # more than psycopg caches a client-side statement for (50), so Django's cursor parsed it again
+    # and quoted every value into it on each submit (~0.8 of a submit's 3.1 ms of Python). The driver's
+    # own cursor, its errors raised as Django's (as core.bulk.copy_rows does).
+    with connection.wrap_database_errors, psycopg.RawCursor(connection.connection) as cursor:
         cursor.execute(_statement(len(pod_sets)), params)
         workload.pk = cursor.fetchone()[0]
     workload._state.adding, workload._state.db = False, connection.alias
@@ -95,7 +101,7 @@ def _statement(pod_sets: int) -> str:
     workload_values = ", ".join(["%s"] * len(_fields(Workload)))
     # Numbered, so the pod sets' ids follow the spec's order (their ordering) for certain.
     pod_set_rows = ", ".join(f"({n}, {typed(PodSet)})" for n in range(pod_sets))
-    return (
+    statement = (
         f"WITH w AS (INSERT INTO {table(Workload)} ({columns(Workload)}) VALUES ({workload_values}) RETURNING id), "
         f"p AS (INSERT INTO {table(PodSet)} ({from_id(PodSet)}, {columns(PodSet)}) "
         f"SELECT w.id, {columns(PodSet)} FROM w, (VALUES {pod_set_rows}) AS v(ordinal, {columns(PodSet)}) "
@@ -106,3 +112,5 @@ def _statement(pod_sets: int) -> str:
         f"SELECT w.id::text, {typed(AuditEvent)} FROM w) "
         "SELECT id FROM w"
     )
+    parts = statement.split("%s")  # numbered in order: $1, $2, ... (server-side binding)
+    return "".join(part + (f"${n}" if n < len(parts) else "") for n, part in enumerate(parts, start=1))
