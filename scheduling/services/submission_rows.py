@@ -48,10 +48,10 @@ def submitted_rows_insert(*, draft: WorkloadDraft, spec: dict, actor: Actor, now
         params += _values(_fields(PodSet), pod_set)
     params += _values(_fields(WorkloadTransition), transition) + _values(_fields(AuditEvent), event)
     connection.ensure_connection()
-    # Bound server-side ($n placeholders, the values sent beside the statement): its 65 values are
-    # more than psycopg caches a client-side statement for (50), so Django's cursor parsed it again
-    # and quoted every value into it on each submit (~0.8 of a submit's 3.1 ms of Python). The driver's
-    # own cursor, its errors raised as Django's (as core.bulk.copy_rows does).
+    # Bound server-side (numbered parameters $1, $2, ..., the values sent beside the statement): its 65
+    # values are more than psycopg caches a client-side statement for (50), so Django's cursor parsed it
+    # again and quoted every value into it on each submit (~0.8 of a submit's 3.1 ms of Python). The
+    # driver's own cursor, its errors raised as Django's (as core.bulk.copy_rows does).
     with connection.wrap_database_errors, psycopg.RawCursor(connection.connection) as cursor:
         cursor.execute(_statement(len(pod_sets)), params)
         workload.pk = cursor.fetchone()[0]
