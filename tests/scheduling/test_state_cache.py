@@ -16,7 +16,13 @@ from fleet.services import gpu_health_set, node_cordon
 from scheduling.choices import WorkloadState
 from scheduling.engine.snapshot import Capacity
 from scheduling.models import Allocation, Cohort, Queue, QueueQuota, StateChange, Team, Workload
-from scheduling.services import placement_round_run, workload_cancel, workload_finish, workload_submit
+from scheduling.services import (
+    executor_tick,
+    placement_round_run,
+    workload_cancel,
+    workload_finish,
+    workload_submit,
+)
 from scheduling.services.workloads import (
     Finish,
     workload_heartbeat,
@@ -230,6 +236,52 @@ def test_gpus_shares_and_host_resources_jobs_give_back_when_they_end_match_a_ful
         if connection.vendor == "postgresql" and ended != ["mig"]:
             assert delta["nodes"] == 0  # applied by the cache, not re-read: the equality above checks its arithmetic
     assert not Allocation.objects.filter(released_at__isnull=True).exists()
+
+
+def test_a_round_that_preempts_and_the_victims_stop_match_a_full_reload(
+    db, team, classes, cohort, clock, django_capture_on_commit_callbacks
+):
+    # A round that starts a reclaim while it admits other work, then the executor tick's hard stop
+    # of the victim: after each the next round sees what a full load sees, first the victim
+    # preempting (a change to its workload row alone, no allocation written beside it), then gone
+    # with its GPUs back.
+    flavor = make_cluster(nodes=2, per_rack=2)
+    product = Team.objects.create(name="product")
+    for name, owner in (("research-q", team), ("product-q", product)):
+        queue = Queue.objects.create(name=name, team=owner, cohort=cohort)
+        QueueQuota.objects.create(queue=queue, flavor=flavor, nominal=8)
+    # One node of another flavor, for a queue outside the cohort: work the round admits beside the reclaim.
+    other = GpuFlavor.objects.create(name="L40S", product="NVIDIA L40S", memory_mib=46068)
+    node = Node.objects.create(name="l1", rack=Node.objects.get(name="n1").rack, flavor=other)
+    Gpu.objects.bulk_create(Gpu(uuid=f"GPU-l1-{g}", node=node, index=g, product=other.product, memory_mib=46068)
+                            for g in range(8))
+    solo = Queue.objects.create(name="solo-q", team=Team.objects.create(name="solo"))
+    QueueQuota.objects.create(queue=solo, flavor=other, nominal=8)
+    state_cache_clear()
+    assert_cache_equals_reload(clock)
+
+    borrower = workload_submit(spec=training("borrower", 16, priority="eval", team="product"), actor=OPS)
+    run_round(clock)
+    assert Workload.objects.get(pk=borrower.pk).state == WorkloadState.RUNNING
+
+    clock.advance(900)
+    lender = _submit("lender", 8)
+    solo_job = workload_submit(spec={**training("solo", 8, priority="eval", team="solo"), "pod_sets": [
+        {"name": "worker", "replicas": 1, "gpus_per_replica": 8, "flavor": other.name}]}, actor=OPS)
+    report = placement_round_run(actor=OPS, now=clock.now)
+    assert [wid for wid, _v, _r in report.preempted] == [borrower.pk]
+    assert [wid for wid, _n, _p in report.admitted] == [solo_job.pk]
+    assert_cache_equals_reload(clock)
+
+    clock.advance(31)  # past the victim's grace (eval: 30 s): the tick stops it hard
+    with django_capture_on_commit_callbacks(execute=True):
+        executor_tick(now=clock.now)
+    assert Workload.objects.get(pk=borrower.pk).state == WorkloadState.REQUEUED
+    assert_cache_equals_reload(clock)
+
+    run_round(clock)
+    assert Workload.objects.get(pk=lender.pk).state == WorkloadState.RUNNING
+    assert_cache_equals_reload(clock)
 
 
 def test_rounds_on_the_cache_decide_as_rounds_on_a_full_load(fleet, clock, settings):
