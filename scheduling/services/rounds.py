@@ -107,7 +107,7 @@ def placement_round_run(*, actor: Actor, now: datetime | None = None, start: boo
         # so a slow round does not date admissions back to before they took place.
         report = round_commit(result=result, index=index, actor=actor, now=max(now, timezone.now()),  # phases 3, 4
                               start=start)
-        if report.admitted and not report.preempted:
+        if report.admitted:
             specs, admits = {s.id: s for s in snapshot.pending}, {a.workload_id: a for a in result.admitted}
             round_committed(index=index, admitted=[(admits[wid], specs[wid]) for wid, _name, _p in report.admitted],
                             xact=report.xact)
@@ -254,7 +254,7 @@ def _decisions_commit(result: RoundResult, index: SnapshotIndex, actor: Actor, n
         report.admitted = [(wid, index.names.get(wid, ""), by_id[wid].placements) for wid in placed]
         report.preempted = _start_preemptions(result, actor, now)
         _save_reservations(result, placed, loaded=index.reserved)
-        if placed and not report.preempted:
+        if placed:  # a victim keeps its GPUs until it is stopped: a round that preempts is assumed too
             report.xact = _xact(index)
         # A round that changed nothing leaves no audit event (a busy scheduler runs several a
         # second); its PlacementRound row still records it.

@@ -428,6 +428,7 @@ def workloads_preemption_finish(
         stops = [_executor_stop_prepared(victim) for victim in victims]
         outcomes = _release_and_requeue(victims, reason=reason, actor=actor, now=now, requeue=True,
                                         verb="workload.preempted")
+        finished_on_commit([v.pk for v in victims])  # their GPUs back in the state cache, as for a job's end
         if hard:
             for stop in stops:
                 stop("stop_hard")
