@@ -63,6 +63,7 @@ import multiprocessing
 import os
 import pstats
 import queue as queue_mod
+import statistics
 import sys
 import time
 import uuid
@@ -402,6 +403,9 @@ class Outcome:
     # Per class, mean fixture ms each GPU of a succeeded job was held without running it: from its
     # claim (the admission) to the job's start, and from the run's end to its release (the last run).
     held_idle_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # Per class of the job admitted, median fixture ms a GPU stood free before it: from the previous
+    # holder's release to this admission (the turn-around's middle leg; held_idle_ms the other two).
+    free_before_ms: dict[str, float] = field(default_factory=dict)
     skipped_rounds: int = 0  # rounds that found another committing and wrote nothing
     # Production path: per window, % of its wall time the Celery worker spent running tasks.
     worker_busy_by_window: list[float] = field(default_factory=list)
@@ -915,11 +919,13 @@ def _measure(fx, total, ticks, wall, submit_s, tick_s, round_s, slow, max_tick, 
     # Per GPU of a succeeded job's last run (the rows its finish released), fixture ms from the
     # claim to the run's start and from the run's end to the release.
     idle: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for created, released, name, state, started, finished, run, resumed in Allocation.objects.values_list(
+    by_gpu: dict[int, list[tuple]] = defaultdict(list)  # (created, released, class) per GPU
+    for created, released, name, state, started, finished, run, resumed, gpu in Allocation.objects.values_list(
         "created_at", "released_at", "workload__name", "workload__state", "workload__started_at",
-        "workload__finished_at", "workload__run_seconds", "workload__resume_step",
+        "workload__finished_at", "workload__run_seconds", "workload__resume_step", "gpu_id",
     ):
         released = released or created
+        by_gpu[gpu].append((created, released, class_of(name)))
         gpu_seconds += (released - created).total_seconds()
         end = max(end, released)
         held.append((class_of(name), (created - start).total_seconds() * scale,
@@ -956,7 +962,24 @@ def _measure(fx, total, ticks, wall, submit_s, tick_s, round_s, slow, max_tick, 
         held_by_window=_held_by_window(fx, held, span * scale, window),
         window_s=window,
         held_idle_ms={cls: (_mean([a for a, _ in pairs]), _mean([e for _, e in pairs])) for cls, pairs in idle.items()},
+        free_before_ms={cls: statistics.median(gaps) * scale * 1000
+                        for cls, gaps in free_before_admission(by_gpu).items()},
     )
+
+
+def free_before_admission(by_gpu: dict[int, list[tuple]]) -> dict[str, list[float]]:
+    """Per class of the job admitted, the seconds each GPU stood free before that admission: from the
+    latest release of the GPU's previous holders (`by_gpu`: per GPU, (created, released, class) rows).
+    A GPU's first admission has no previous holder; a share admitted beside a holder (time-slicing)
+    waited for no release: neither counts."""
+    gaps: dict[str, list[float]] = defaultdict(list)
+    for rows in by_gpu.values():
+        last = None  # the latest release so far
+        for created, released, cls in sorted(rows, key=lambda r: r[0]):
+            if last is not None and created >= last:
+                gaps[cls].append((created - last).total_seconds())
+            last = released if last is None else max(last, released)
+    return dict(gaps)
 
 
 def _held_by_window(fx: Fixture, held: list[tuple[str, float, float]], span: float, window: float
@@ -1118,6 +1141,12 @@ def report(fx: Fixture, out: Outcome, submit: str, setup_s: float, mode: str, sp
             "job's start " + " / ".join(f"{out.held_idle_ms[n][0]:.0f}" for n in names) + " ms, from the run's end "
             "to the release " + " / ".join(f"{out.held_idle_ms[n][1]:.0f}" for n in names) + " ms of fixture time "
             "(the quota usage beyond the running work, requeued runs aside)")
+    if out.free_before_ms:
+        names = [c.name for c in fx.classes if c.name in out.free_before_ms]
+        lines.append(
+            f"    GPUs free between a release and the next admission on them, median per GPU of the job admitted "
+            f"({' / '.join(names)}): " + " / ".join(f"{out.free_before_ms[n]:.0f}" for n in names)
+            + " ms of fixture time (with the line above, a GPU's turn-around from one job to the next)")
     if mode == "stepped":
         lines += [
             f"    real-time check: {out.slow_ticks} of {out.ticks} ticks took longer than the {fx.tick_ms} ms they "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -19,6 +19,7 @@ from bench.admission_loop import (
     _patched,
     _Run,
     fixture_load,
+    free_before_admission,
     simulate,
     simulate_concurrent,
     simulate_production,
@@ -209,6 +210,23 @@ def test_the_benchmark_loop_runs_a_small_fixture_to_the_end(db, submit):
     assert out.requeues == 0
     beyond_work = (out.usage_pct - out.work_pct) / 100 * SMALL.capacity * out.sim_end_s
     assert _check_held_but_not_running(out) == pytest.approx(beyond_work, abs=1e-6)
+    assert out.free_before_ms and all(ms >= 0 for ms in out.free_before_ms.values())
+
+
+def test_a_gpus_free_time_counts_from_its_last_release_to_the_next_admission_on_it():
+    t = datetime(2026, 12, 8, tzinfo=UTC)
+
+    def at(ms: int) -> datetime:
+        return t + timedelta(milliseconds=ms)
+
+    by_gpu = {
+        # GPU 1: small 0-200 ms, medium 250-750 (free 50 ms), large 900-1900 (free 150 ms)
+        1: [(at(900), at(1900), "large"), (at(0), at(200), "small"), (at(250), at(750), "medium")],
+        # GPU 2: a first admission (nothing before it), a share beside its holder (it waited for no
+        # release), then a medium job admitted as the first holder leaves, after the share: 0 ms
+        2: [(at(100), at(600), "small"), (at(300), at(500), "small"), (at(600), at(800), "medium")],
+    }
+    assert free_before_admission(by_gpu) == {"medium": [0.05, 0.0], "large": [0.15]}
 
 
 def _check_held_but_not_running(out) -> float:
