@@ -403,8 +403,8 @@ class Outcome:
     # Per class, mean fixture ms each GPU of a succeeded job was held without running it: from its
     # claim (the admission) to the job's start, and from the run's end to its release (the last run).
     held_idle_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
-    # Per class of the job admitted, median fixture ms a GPU stood free before it: from the previous
-    # holder's release to this admission (the turn-around's middle leg; held_idle_ms the other two).
+    # Per class of the job admitted, median fixture ms a GPU stood free before it: from the latest release
+    # of its previous holders to this admission (the turn-around's middle leg; held_idle_ms the other two).
     free_before_ms: dict[str, float] = field(default_factory=dict)
     skipped_rounds: int = 0  # rounds that found another committing and wrote nothing
     # Production path: per window, % of its wall time the Celery worker spent running tasks.

@@ -22,11 +22,12 @@ A round's own commit is applied to the cache as it commits (round_committed, Kue
 the nodes its admitted gangs landed on are updated in memory from its decisions, the same
 arithmetic as a re-read, and the journal rows its transaction wrote for them (StateChange.xact,
 PostgreSQL) are not re-read by the next round; a round that preempts too (its victims keep their
-GPUs until they are stopped). The executor tick's finishes and its stops of preemption victims are
-applied the same way (finished_on_commit: the ended jobs' GPUs, shares, CPU and memory back on
-their nodes, the workloads gone), since after a burst of job ends re-reading their nodes was most
-of a round's load. Anything else that changed those nodes is another transaction's journal row
-and re-reads them as usual.
+GPUs until they are stopped). The executor tick's finishes and every stop that requeues or fails a
+gang (a preemption victim's, a drained or timed-out gang's) are applied the same way
+(finished_on_commit: the ended jobs' GPUs, shares, CPU and memory back on their nodes, the
+workloads gone), since after a burst of job ends re-reading their nodes was most of a round's
+load. Anything else that changed those nodes is another transaction's journal row and re-reads
+them as usual.
 
 Two answers are kept as well: the never-fit answers (while no node's geometry changes) and the
 decisions of the last round at rest, which the next round reuses while its inputs and the clock

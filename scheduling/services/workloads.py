@@ -428,7 +428,6 @@ def workloads_preemption_finish(
         stops = [_executor_stop_prepared(victim) for victim in victims]
         outcomes = _release_and_requeue(victims, reason=reason, actor=actor, now=now, requeue=True,
                                         verb="workload.preempted")
-        finished_on_commit([v.pk for v in victims])  # their GPUs back in the state cache, as for a job's end
         if hard:
             for stop in stops:
                 stop("stop_hard")
@@ -444,6 +443,7 @@ def _release_and_requeue(
     held = _gpus_held([w.pk for w in workloads])
     lost = {w.pk: held.get(w.pk, 0.0) * _unsaved_seconds(w, now) for w in workloads}
     allocations_release(workload_ids=list(lost), now=now)
+    finished_on_commit(list(lost))  # their GPUs back in the state cache once this commits, as for a job's end
     _close_preemptions(lost, now)
     before = {w.pk: w.state for w in workloads}
     fields: dict[int, dict] = {}

@@ -191,7 +191,8 @@ def test_gangs_a_round_starts_in_its_commit_are_in_the_cache_as_a_full_load_find
     clock.advance(120)
     workload_heartbeat(workload=Workload.objects.get(pk=again.pk), step=100, checkpoint_at=clock.now, actor=OPS,
                        now=clock.now)
-    workload_stop_gang(workload=Workload.objects.get(pk=again.pk), reason="drain", actor=OPS, now=clock.now)
+    with django_capture_on_commit_callbacks(execute=True):  # its release applied as the stop commits
+        workload_stop_gang(workload=Workload.objects.get(pk=again.pk), reason="drain", actor=OPS, now=clock.now)
     assert Workload.objects.get(pk=again.pk).state == WorkloadState.REQUEUED
     assert_cache_equals_reload(clock)
 
